@@ -1,0 +1,68 @@
+"""Reverse-mode differentiation over the op-graph: `ng.grad(y, x)`.
+
+Each op states its own adjoint rule (`Op.adjoints`); this module only walks the graph
+backwards, summing the contributions that reach each op.
+"""
+from .op_graph import Constant, Op, ordered_ops, zeros
+from .op_graph.elementwise import Add
+
+
+def grad(y, wrt, delta=None):
+    """Gradient of `y` with respect to `wrt` (one op, or a list of ops -> list).
+
+    `y` must be a scalar unless `delta`, the gradient flowing into `y`, is given.
+    Ops that `y` does not depend on get a zero gradient.
+    """
+    single = isinstance(wrt, Op)
+    targets = [wrt] if single else list(wrt)
+    for t in targets:
+        if not isinstance(t, Op):
+            raise TypeError(f"grad: can only differentiate with respect to ops, got {t!r}")
+    if not isinstance(y, Op):
+        raise TypeError(f"grad: y must be an ngnn op, got {y!r}")
+    from .frontend import lower_zoom_outs
+    lower_zoom_outs([y])     # gradients are defined on whole-graph ops (seed 000)
+    y = y.forwarded
+    if delta is None:
+        if not y.is_scalar:
+            raise ValueError(f"grad: y has shape {y.shape}; differentiate a scalar, or pass "
+                             "the gradient of y as delta=")
+        delta = Constant(1.0, dtype=y.dtype)
+    elif not isinstance(delta, Op):
+        delta = Constant(delta, dtype=y.dtype)
+    if delta.shape != y.shape:
+        raise ValueError(f"grad: delta has shape {delta.shape} but y has shape {y.shape}")
+
+    targets = [t.forwarded for t in targets]
+    order = ordered_ops([y])
+    needed = _reaching(order, set(targets))
+    contributions = {y: [delta]}
+    for op in reversed(order):
+        if op not in needed or op not in contributions:
+            continue
+        adjoint = _total(contributions[op])
+        contributions[op] = [adjoint]
+        if not op.args:
+            continue
+        for arg, g in zip(op.args, op.adjoints(adjoint)):
+            if g is not None and arg in needed:
+                contributions.setdefault(arg, []).append(g)
+    grads = [_total(contributions[t]) if t in contributions else zeros(t.shape, t.dtype)
+             for t in targets]
+    return grads[0] if single else grads
+
+
+def _reaching(order, targets):
+    """Ops of `order` from which some target can be reached (the targets included)."""
+    reach = set()
+    for op in order:
+        if op in targets or any(a in reach for a in op.args):
+            reach.add(op)
+    return reach
+
+
+def _total(terms):
+    total = terms[0]
+    for t in terms[1:]:
+        total = Add(total, t)
+    return total

@@ -1,0 +1,235 @@
+"""The directed graph that graph ops run over.
+
+Edge ``i`` goes ``src[i] -> dst[i]``; edge ids are positions in the edge list the graph was built
+from. Everything a transformer needs to aggregate along edges (degrees, both CSR orders, the
+permutations between them, incidence and adjacency matrices) is derived here once, with NumPy
+sorting and counting rather than Python loops, so that graphs with millions of edges stay cheap.
+"""
+
+import functools
+import hashlib
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def _readonly(array):
+    array.flags.writeable = False
+    return array
+
+
+def _as_ids(values, name):
+    """Converts user ids to a fresh int64 array, rejecting anything that is not a whole number."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of node ids, got shape {array.shape}")
+    kind = array.dtype.kind
+    if kind == "b":
+        raise ValueError(f"{name} must hold integer node ids, got booleans")
+    if kind == "f":
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"{name} must hold integer node ids, got non-finite values")
+        fractional = np.flatnonzero(array != np.floor(array))
+        if fractional.size:
+            i = fractional[0]
+            raise ValueError(
+                f"{name} must hold integer node ids, but {name}[{i}] = {array[i]!r} is not a whole number")
+        return array.astype(np.int64)
+    if kind == "u":
+        if array.size and array.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{name} holds ids too large for int64")
+        return array.astype(np.int64)
+    if kind == "i":
+        return array.astype(np.int64)
+    if kind in "USO" and array.size and isinstance(array.flat[0], str):
+        raise ValueError(f"{name} must hold integer node ids, got strings such as {array.flat[0]!r}")
+    raise ValueError(f"{name} must hold integer node ids, got dtype {array.dtype}")
+
+
+def _check_range(ids, name, num_nodes):
+    bad = np.flatnonzero((ids < 0) | (ids >= num_nodes))
+    if bad.size:
+        i = bad[0]
+        raise ValueError(
+            f"{name}[{i}] = {ids[i]} is out of range [0, {num_nodes}) "
+            f"({bad.size} out-of-range id(s) in {name})")
+
+
+def _grouped(keys, num_nodes):
+    """Stable CSR grouping of edge ids by ``keys``: (indptr, eids, counts)."""
+    counts = np.bincount(keys, minlength=num_nodes).astype(np.int64)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    eids = np.argsort(keys, kind="stable").astype(np.int64)
+    return indptr, eids, counts
+
+
+class Graph:
+    """A directed multigraph with ``num_nodes`` vertices and ``num_edges`` edges.
+
+    Build one with ``from_edges``, ``from_scipy`` or ``from_networkx``. Arrays are int64 and
+    read-only; graphs are compared by identity (ops hold them as attributes), and ``fingerprint``
+    identifies the structure for caches. Self-loops, multi-edges and isolated vertices are allowed.
+    """
+
+    def __init__(self, src, dst, num_nodes=None):
+        src = _as_ids(src, "src")
+        dst = _as_ids(dst, "dst")
+        if src.shape[0] != dst.shape[0]:
+            raise ValueError(
+                f"src and dst must have the same length, got {src.shape[0]} and {dst.shape[0]}")
+        if num_nodes is None:
+            num_nodes = int(max(src.max(), dst.max())) + 1 if src.size else 0
+        elif isinstance(num_nodes, bool) or not isinstance(num_nodes, numbers.Integral):
+            raise ValueError(f"num_nodes must be an int, got {num_nodes!r}")
+        num_nodes = int(num_nodes)
+        if num_nodes < 0:
+            raise ValueError(f"num_nodes must be non-negative, got {num_nodes}")
+        _check_range(src, "src", num_nodes)
+        _check_range(dst, "dst", num_nodes)
+
+        self.num_nodes = num_nodes
+        self.num_edges = int(src.shape[0])
+        self.src = _readonly(src)
+        self.dst = _readonly(dst)
+
+        in_indptr, in_eids, in_degrees = _grouped(dst, num_nodes)
+        out_indptr, out_eids, out_degrees = _grouped(src, num_nodes)
+        self.in_indptr = _readonly(in_indptr)
+        self.in_eids = _readonly(in_eids)
+        self.in_src = _readonly(src[in_eids])
+        self.in_degrees = _readonly(in_degrees)
+        self.out_indptr = _readonly(out_indptr)
+        self.out_eids = _readonly(out_eids)
+        self.out_dst = _readonly(dst[out_eids])
+        self.out_degrees = _readonly(out_degrees)
+        self._incidence = {}
+        self._adjacency = None
+
+    @classmethod
+    def from_edges(cls, src, dst, num_nodes=None):
+        """Graph with edge ``i`` going ``src[i] -> dst[i]``; ``num_nodes`` defaults to max id + 1."""
+        return cls(src, dst, num_nodes)
+
+    @classmethod
+    def from_scipy(cls, matrix):
+        """Graph with an edge ``i -> j`` for every stored nonzero ``(i, j)`` of a square matrix.
+
+        Edges come in row-major order (by source, then target).
+        """
+        if not sp.issparse(matrix):
+            raise ValueError(f"from_scipy needs a scipy sparse matrix, got {type(matrix).__name__}")
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"from_scipy needs a square matrix, got shape {matrix.shape}")
+        csr = sp.csr_matrix(matrix)
+        csr.sum_duplicates()
+        csr.eliminate_zeros()
+        rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
+        return cls(rows, csr.indices.astype(np.int64), csr.shape[0])
+
+    @classmethod
+    def from_networkx(cls, graph):
+        """Graph from a networkx graph, vertices renumbered 0..n-1 in ``graph``'s node order.
+
+        Undirected graphs give both directions of every edge (a self-loop once); multigraphs keep
+        every parallel edge. Edges come ordered by source, then target.
+        """
+        import networkx as nx
+
+        nodes = list(graph.nodes())
+        coo = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight=None, format="coo")
+        # With weight=None each entry counts the parallel edges between its two vertices.
+        counts = coo.data.astype(np.int64)
+        order = np.lexsort((coo.col, coo.row))
+        src = np.repeat(coo.row[order].astype(np.int64), counts[order])
+        dst = np.repeat(coo.col[order].astype(np.int64), counts[order])
+        return cls(src, dst, len(nodes))
+
+    @functools.cached_property
+    def out_to_in(self):
+        """For position ``p`` in out-CSR order, the position of the same edge in in-CSR order."""
+        return _readonly(self._in_position[self.out_eids])
+
+    @functools.cached_property
+    def in_to_out(self):
+        """For position ``p`` in in-CSR order, the position of the same edge in out-CSR order."""
+        out_position = np.empty(self.num_edges, dtype=np.int64)
+        out_position[self.out_eids] = np.arange(self.num_edges, dtype=np.int64)
+        return _readonly(out_position[self.in_eids])
+
+    @functools.cached_property
+    def _in_position(self):
+        position = np.empty(self.num_edges, dtype=np.int64)
+        position[self.in_eids] = np.arange(self.num_edges, dtype=np.int64)
+        return position
+
+    def incidence(self, at="dst", dtype=np.float32):
+        """Cached (N, E) CSR matrix with a 1 at (dst[e], e) (``at="dst"``) or (src[e], e) (``at="src"``).
+
+        ``incidence("dst") @ edge_values`` sums an edge tensor onto destinations. The CSR rows are
+        exactly the in-CSR (or out-CSR) groups, so no sorting is needed to build it.
+        """
+        if at not in ("dst", "src"):
+            raise ValueError(f"incidence(at=...) must be 'dst' or 'src', got {at!r}")
+        key = (at, np.dtype(dtype))
+        if key not in self._incidence:
+            if at == "dst":
+                indptr, eids = self.in_indptr, self.in_eids
+            else:
+                indptr, eids = self.out_indptr, self.out_eids
+            matrix = sp.csr_matrix(
+                (np.ones(self.num_edges, dtype=dtype), eids, indptr),
+                shape=(self.num_nodes, self.num_edges))
+            self._incidence[key] = _freeze(matrix)
+        return self._incidence[key]
+
+    def adjacency(self):
+        """Cached (N, N) CSR matrix with ``A[d, s]`` = number of edges ``s -> d`` (float32).
+
+        ``adjacency() @ X`` sums in-neighbour features, counting parallel edges.
+        """
+        if self._adjacency is None:
+            matrix = sp.csr_matrix(
+                (np.ones(self.num_edges, dtype=np.float32), (self.dst, self.src)),
+                shape=(self.num_nodes, self.num_nodes))
+            matrix.sum_duplicates()
+            self._adjacency = _freeze(matrix)
+        return self._adjacency
+
+    def add_self_loops(self):
+        """New graph with an extra edge ``v -> v`` for every vertex, appended after existing edges."""
+        loops = np.arange(self.num_nodes, dtype=np.int64)
+        return Graph(np.concatenate([self.src, loops]), np.concatenate([self.dst, loops]),
+                     self.num_nodes)
+
+    def to_undirected(self):
+        """New graph holding both directions of every edge, with duplicate edges removed.
+
+        Parallel edges collapse to one per direction and a self-loop is kept once. Edge ids are not
+        preserved: the result is sorted by (dst, src), the convention of the embedded datasets.
+        """
+        src = np.concatenate([self.src, self.dst])
+        dst = np.concatenate([self.dst, self.src])
+        keys = np.unique(dst * max(self.num_nodes, 1) + src)
+        n = max(self.num_nodes, 1)
+        return Graph(keys % n, keys // n, self.num_nodes)
+
+    @functools.cached_property
+    def fingerprint(self):
+        """sha256 hex digest of the structure (num_nodes, src, dst), for caches keyed by graph."""
+        digest = hashlib.sha256()
+        digest.update(np.array([self.num_nodes, self.num_edges], dtype=np.int64).tobytes())
+        digest.update(self.src.tobytes())
+        digest.update(self.dst.tobytes())
+        return digest.hexdigest()
+
+    def __repr__(self):
+        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges})"
+
+
+def _freeze(matrix):
+    # Cached matrices are shared by every caller, so an in-place edit must fail loudly.
+    for array in (matrix.data, matrix.indices, matrix.indptr):
+        array.flags.writeable = False
+    return matrix

@@ -1,0 +1,12 @@
+"""The op-graph: op classes under their CamelCase names (`Add`, `Exp`, `Dot`, ...)."""
+from .op import (Op, Leaf, Placeholder, Variable, Constant, ShapeError, ordered_ops,
+                 placeholder, variable, constant, as_ops)
+from .elementwise import (ElementWise, UnaryOp, BinaryOp, Add, Subtract, Multiply, Divide,
+                          Power, Maximum, Minimum, Comparison, Greater, GreaterEqual, LessEqual,
+                          Equal, Negative, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Abs, Sign,
+                          LeakyRelu, Elu, Cast, unbroadcast, zeros)
+from .reductions import Reduction, Sum, Mean, Max, Min, Softmax, LogSoftmax
+from .layout import LayoutOp, Reshape, Transpose, Broadcast, Concat, Slice, Unslice
+from .linalg import Dot
+from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
+from .training_ops import DropoutMask, OneHot, Assign

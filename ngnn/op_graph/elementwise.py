@@ -1,0 +1,308 @@
+"""Element-wise ops: shape and dtype rules, gradient, NumPy statement and C expression.
+
+Each op is one small class; the table-like class attributes `numpy` and `c` are the
+kernel snippets every backend renders, so adding an element-wise op touches this file only.
+"""
+import numpy as np
+
+from .op import Op, ShapeError, as_ops, constant
+
+
+def broadcast_shape(op_name, *shapes):
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ShapeError(f"{op_name}: shapes {' and '.join(map(str, shapes))} do not "
+                         "broadcast together") from None
+
+
+def result_dtype(op_name, *ops):
+    dtypes = [a.dtype for a in ops]
+    if any(d.kind not in "biuf" for d in dtypes):
+        raise ShapeError(f"{op_name}: unsupported dtypes {[str(d) for d in dtypes]}")
+    return np.result_type(*dtypes)
+
+
+def unbroadcast(delta, shape):
+    """Undo broadcasting in an adjoint: sum `delta` down to `shape`."""
+    if delta.shape == tuple(shape):
+        return delta
+    from .reductions import Sum
+    from .layout import reshape_to
+    lead = delta.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and delta.shape[lead + i] != 1)
+    return reshape_to(Sum(delta, axis=axes), shape)
+
+
+class ElementWise(Op):
+    """Marker base: one output element from the same-index elements of the inputs."""
+
+
+class UnaryOp(ElementWise):
+    float_only = True
+
+    def __init__(self, x, name=None):
+        (x,) = as_ops(x)
+        dtype = x.dtype
+        if self.float_only and dtype.kind != "f":
+            dtype = np.dtype(np.float32)
+        super().__init__([x], shape=x.shape, dtype=dtype, name=name)
+
+
+class BinaryOp(ElementWise):
+    def __init__(self, x, y, name=None):
+        x, y = as_ops(x, y)
+        op_name = type(self).__name__
+        super().__init__([x, y], shape=broadcast_shape(op_name, x.shape, y.shape),
+                         dtype=self.out_dtype(result_dtype(op_name, x, y)), name=name)
+
+    def out_dtype(self, dtype):
+        return dtype
+
+
+# ---- arithmetic ---------------------------------------------------------------------------
+
+class Add(BinaryOp):
+    numpy = "np.add({x}, {y}, out={out})"
+    c = "({x} + {y})"
+
+    def adjoints(self, delta):
+        x, y = self.args
+        return [unbroadcast(delta, x.shape), unbroadcast(delta, y.shape)]
+
+
+class Subtract(BinaryOp):
+    numpy = "np.subtract({x}, {y}, out={out})"
+    c = "({x} - {y})"
+
+    def adjoints(self, delta):
+        x, y = self.args
+        return [unbroadcast(delta, x.shape), unbroadcast(-delta, y.shape)]
+
+
+class Multiply(BinaryOp):
+    numpy = "np.multiply({x}, {y}, out={out})"
+    c = "({x} * {y})"
+
+    def adjoints(self, delta):
+        x, y = self.args
+        return [unbroadcast(delta * y, x.shape), unbroadcast(delta * x, y.shape)]
+
+
+class Divide(BinaryOp):
+    numpy = "np.divide({x}, {y}, out={out})"
+    c = "({x} / {y})"
+
+    def out_dtype(self, dtype):
+        return dtype if dtype.kind == "f" else np.dtype(np.float32)
+
+    def adjoints(self, delta):
+        x, y = self.args
+        return [unbroadcast(delta / y, x.shape), unbroadcast(-delta * self / y, y.shape)]
+
+
+class Power(BinaryOp):
+    numpy = "np.power({x}, {y}, out={out})"
+    c = "pow({x}, {y})"
+
+    def adjoints(self, delta):
+        x, y = self.args
+        dx = delta * y * Power(x, y - 1.0)
+        dy = None if y.is_constant else unbroadcast(delta * self * Log(x), y.shape)
+        return [unbroadcast(dx, x.shape), dy]
+
+
+class Maximum(BinaryOp):
+    """Ties send the gradient to the first argument."""
+    numpy = "np.maximum({x}, {y}, out={out})"
+    c = "fmax({x}, {y})"
+
+    def adjoints(self, delta):
+        x, y = self.args
+        first = GreaterEqual(x, y)
+        return [unbroadcast(delta * first, x.shape),
+                unbroadcast(delta * (1.0 - first), y.shape)]
+
+
+class Minimum(BinaryOp):
+    """Ties send the gradient to the first argument."""
+    numpy = "np.minimum({x}, {y}, out={out})"
+    c = "fmin({x}, {y})"
+
+    def adjoints(self, delta):
+        x, y = self.args
+        first = LessEqual(x, y)
+        return [unbroadcast(delta * first, x.shape),
+                unbroadcast(delta * (1.0 - first), y.shape)]
+
+
+# ---- comparisons: 1.0 where true, 0.0 elsewhere, in the arguments' float dtype -------------
+
+class Comparison(BinaryOp):
+    def out_dtype(self, dtype):
+        return dtype if dtype.kind == "f" else np.dtype(np.float32)
+
+    def adjoints(self, delta):
+        return [None, None]
+
+
+class Greater(Comparison):
+    numpy = "np.greater({x}, {y}, out={out})"
+    c = "(({x} > {y}) ? 1.0f : 0.0f)"
+
+
+class GreaterEqual(Comparison):
+    numpy = "np.greater_equal({x}, {y}, out={out})"
+    c = "(({x} >= {y}) ? 1.0f : 0.0f)"
+
+
+class LessEqual(Comparison):
+    numpy = "np.less_equal({x}, {y}, out={out})"
+    c = "(({x} <= {y}) ? 1.0f : 0.0f)"
+
+
+class Equal(Comparison):
+    numpy = "np.equal({x}, {y}, out={out})"
+    c = "(({x} == {y}) ? 1.0f : 0.0f)"
+
+
+# ---- unary ----------------------------------------------------------------------------------
+
+class Negative(UnaryOp):
+    float_only = False
+    numpy = "np.negative({x}, out={out})"
+    c = "(-{x})"
+
+    def adjoints(self, delta):
+        return [-delta]
+
+
+class Exp(UnaryOp):
+    numpy = "np.exp({x}, out={out})"
+    c = "exp({x})"
+
+    def adjoints(self, delta):
+        return [delta * self]
+
+
+class Log(UnaryOp):
+    numpy = "np.log({x}, out={out})"
+    c = "log({x})"
+
+    def adjoints(self, delta):
+        return [delta / self.args[0]]
+
+
+class Sqrt(UnaryOp):
+    numpy = "np.sqrt({x}, out={out})"
+    c = "sqrt({x})"
+
+    def adjoints(self, delta):
+        return [delta / (2.0 * self)]
+
+
+class Tanh(UnaryOp):
+    numpy = "np.tanh({x}, out={out})"
+    c = "tanh({x})"
+
+    def adjoints(self, delta):
+        return [delta * (1.0 - self * self)]
+
+
+class Sigmoid(UnaryOp):
+    numpy = "scipy.special.expit({x}, out={out})"
+    c = "(1.0f / (1.0f + exp(-{x})))"
+
+    def adjoints(self, delta):
+        return [delta * self * (1.0 - self)]
+
+
+class Relu(UnaryOp):
+    numpy = "np.maximum({x}, 0, out={out})"
+    c = "fmax({x}, 0.0f)"
+
+    def adjoints(self, delta):
+        return [delta * Greater(self.args[0], 0.0)]
+
+
+class Abs(UnaryOp):
+    float_only = False
+    numpy = "np.absolute({x}, out={out})"
+    c = "fabs({x})"
+
+    def adjoints(self, delta):
+        return [delta * Sign(self.args[0])]
+
+
+class Sign(UnaryOp):
+    numpy = "np.sign({x}, out={out})"
+    c = "(({x} > 0.0f) - ({x} < 0.0f))"
+
+    def adjoints(self, delta):
+        return [None]
+
+
+class LeakyRelu(UnaryOp):
+    # max(x, a*x) is leaky relu for 0 <= a <= 1, min(x, a*x) for a > 1: one ufunc, no mask.
+    def __init__(self, x, alpha=0.2, name=None):
+        self.alpha = float(alpha)
+        if self.alpha < 0:
+            raise ShapeError(f"leaky_relu: alpha must be >= 0, got {alpha}")
+        super().__init__(x, name=name)
+
+    @property
+    def numpy(self):
+        pick = "maximum" if self.alpha <= 1 else "minimum"
+        return f"np.{pick}({{x}}, {{x}} * {self.alpha!r}, out={{out}})"
+
+    @property
+    def c(self):
+        return f"(({{x}} > 0.0f) ? {{x}} : {self.alpha!r}f * {{x}})"
+
+    def attrs(self):
+        return {"alpha": self.alpha}
+
+    def with_args(self, args, lead=0):
+        return LeakyRelu(*args, alpha=self.alpha, name=self.name)
+
+    def adjoints(self, delta):
+        return [delta * (Greater(self.args[0], 0.0) * (1.0 - self.alpha) + self.alpha)]
+
+
+class Elu(UnaryOp):
+    numpy = "np.copyto({out}, np.where({x} > 0, {x}, np.expm1(np.minimum({x}, 0))))"
+    c = "(({x} > 0.0f) ? {x} : (exp({x}) - 1.0f))"
+
+    def adjoints(self, delta):
+        x = self.args[0]
+        positive = Greater(x, 0.0)
+        return [delta * (positive + (1.0 - positive) * (self + 1.0))]
+
+
+class Cast(UnaryOp):
+    """Converts dtype (bool masks and integer ids to floats, for instance)."""
+    float_only = False
+    numpy = "np.copyto({out}, {x}, casting='unsafe')"
+
+    def __init__(self, x, dtype, name=None):
+        self.to = np.dtype(dtype)
+        super().__init__(x, name=name)
+        self.dtype = self.to
+
+    c = "(({out_ctype}){x})"
+
+    def attrs(self):
+        return {"dtype": str(self.to)}
+
+    def with_args(self, args, lead=0):
+        return Cast(*args, dtype=self.to, name=self.name)
+
+    def adjoints(self, delta):
+        x = self.args[0]
+        return [Cast(delta, x.dtype) if x.dtype.kind == "f" else None]
+
+
+def zeros(shape, dtype=np.float32):
+    from .layout import Broadcast
+    return Broadcast(constant(0, dtype=dtype), shape)

@@ -1,0 +1,147 @@
+"""Graph ops: the few, orthogonal ops that move data between nodes and edges.
+
+`Gather` copies a node tensor onto edges (by each edge's source or destination);
+`Aggregate` reduces an edge tensor onto nodes (at each edge's destination or source) with
+sum, mean, max or min; `EdgeSoftmax` normalizes edge values over each destination's
+in-edges. The adjoint of a gather is a sum aggregation at the same end, and the other way
+round (seed 000's srcagg / dstagg).
+"""
+import numpy as np
+
+from .op import Constant, Op, ShapeError, as_ops
+
+ENDS = ("src", "dst")
+REDUCTIONS = ("sum", "mean", "max", "min")
+
+
+class GraphOp(Op):
+    def __init__(self, args, graph, *, shape, dtype, scope, name=None):
+        from ..graph import Graph
+        if not isinstance(graph, Graph):
+            raise TypeError(f"{type(self).__name__}: expected an ng.Graph, got {graph!r}")
+        self.graph = graph
+        super().__init__(args, shape=shape, dtype=dtype, scope=scope, name=name)
+
+
+def _check_end(op_name, end):
+    if end not in ENDS:
+        raise ValueError(f"{op_name}: end must be one of {ENDS}, got {end!r}")
+
+
+def _check_rows(op_name, x, rows, what):
+    if x.ndim == 0 or x.shape[0] != rows:
+        raise ShapeError(f"{op_name}: expected a {what} tensor with {rows} rows, got shape "
+                         f"{x.shape}")
+
+
+class Gather(GraphOp):
+    """out[e] = x[src[e]] (by="src") or x[dst[e]] (by="dst")."""
+    kind = "edge"
+
+    def __init__(self, x, graph, by="src", name=None):
+        (x,) = as_ops(x)
+        _check_end("gather", by)
+        _check_rows("gather", x, graph.num_nodes, "node")
+        self.by = by
+        super().__init__([x], graph, shape=(graph.num_edges,) + x.shape[1:], dtype=x.dtype,
+                         scope="e", name=name)
+
+    @property
+    def op_name(self):
+        return f"gather_{self.by}"
+
+    def attrs(self):
+        return {"graph": self.graph}
+
+    def with_args(self, args, lead=0):
+        return Gather(*args, self.graph, self.by, name=self.name)
+
+    def adjoints(self, delta):
+        return [Aggregate(delta, self.graph, at=self.by, reduce="sum")]
+
+
+class Aggregate(GraphOp):
+    """out[v] = reduce over edges e with dst[e] == v (at="dst") or src[e] == v (at="src").
+    A vertex with no such edge gets 0 for every reduction, and a zero gradient."""
+
+    def __init__(self, x, graph, at="dst", reduce="sum", name=None):
+        (x,) = as_ops(x)
+        _check_end("aggregate", at)
+        if reduce not in REDUCTIONS:
+            raise ValueError(f"aggregate: reduce must be one of {REDUCTIONS}, got {reduce!r}")
+        _check_rows(f"aggregate {reduce}", x, graph.num_edges, "edge")
+        self.at, self.reduce = at, reduce
+        super().__init__([x], graph, shape=(graph.num_nodes,) + x.shape[1:],
+                         dtype=x.dtype if x.dtype.kind == "f" else np.float32, scope="n",
+                         name=name)
+
+    @property
+    def kind(self):
+        return "agg" if self.at == "dst" else "srcagg"
+
+    @property
+    def op_name(self):
+        return self.reduce
+
+    def attrs(self):
+        return {"graph": self.graph, "at": self.at}
+
+    def with_args(self, args, lead=0):
+        return Aggregate(*args, self.graph, self.at, self.reduce, name=self.name)
+
+    def degree_scale(self):
+        """1 / max(degree, 1) shaped to broadcast over the result."""
+        degrees = self.graph.in_degrees if self.at == "dst" else self.graph.out_degrees
+        scale = 1.0 / np.maximum(degrees, 1).astype(self.dtype)
+        return Constant(scale.reshape((-1,) + (1,) * (self.ndim - 1)))
+
+    def adjoints(self, delta):
+        g, at = self.graph, self.at
+        if self.reduce == "sum":
+            return [Gather(delta, g, by=at)]
+        if self.reduce == "mean":
+            return [Gather(delta * self.degree_scale(), g, by=at)]
+        # max / min: the selected edge gets the gradient; ties share it equally.
+        from .elementwise import Equal
+        x = self.args[0]
+        hit = Equal(x, Gather(self, g, by=at))
+        ties = Aggregate(hit, g, at=at, reduce="sum")
+        from .elementwise import Maximum
+        return [Gather(delta / Maximum(ties, 1.0), g, by=at) * hit]
+
+
+class EdgeSoftmax(GraphOp):
+    """Softmax of edge values over the in-edges of each destination (or out-edges of each
+    source with at="src"), computed stably: the per-vertex max is subtracted first."""
+    kind = "edge"
+
+    def __init__(self, x, graph, at="dst", name=None):
+        (x,) = as_ops(x)
+        _check_end("edge_softmax", at)
+        _check_rows("edge_softmax", x, graph.num_edges, "edge")
+        self.at = at
+        super().__init__([x], graph, shape=x.shape,
+                         dtype=x.dtype if x.dtype.kind == "f" else np.float32, scope="e",
+                         name=name)
+
+    def attrs(self):
+        return {"graph": self.graph, "at": self.at}
+
+    def with_args(self, args, lead=0):
+        return EdgeSoftmax(*args, self.graph, self.at, name=self.name)
+
+    def adjoints(self, delta):
+        total = Aggregate(delta * self, self.graph, at=self.at, reduce="sum")
+        return [self * (delta - Gather(total, self.graph, by=self.at))]
+
+
+def edge_softmax(graph, logits, at="dst"):
+    return EdgeSoftmax(logits, graph, at=at)
+
+
+def gather(x, graph, by="src"):
+    return Gather(x, graph, by=by)
+
+
+def aggregate(x, graph, at="dst", reduce="sum"):
+    return Aggregate(x, graph, at=at, reduce=reduce)

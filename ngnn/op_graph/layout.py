@@ -1,0 +1,206 @@
+"""Ops that move or view data: reshape, transpose, broadcast, concat, slicing."""
+import numpy as np
+
+from .op import Op, ShapeError, as_ops
+
+
+class LayoutOp(Op):
+    kind = "layout"
+
+
+class Reshape(LayoutOp):
+    def __init__(self, x, shape, name=None):
+        (x,) = as_ops(x)
+        shape = tuple(int(s) for s in ((shape,) if np.ndim(shape) == 0 else shape))
+        if shape.count(-1) > 1:
+            raise ShapeError(f"reshape: at most one -1 in {shape}")
+        if -1 in shape:
+            known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+            if known == 0 or x.size % known:
+                raise ShapeError(f"reshape: cannot reshape {x.shape} into {shape}")
+            shape = tuple(x.size // known if s == -1 else s for s in shape)
+        if int(np.prod(shape, dtype=np.int64)) != x.size:
+            raise ShapeError(f"reshape: cannot reshape {x.shape} ({x.size} elements) into "
+                             f"{shape}")
+        super().__init__([x], shape=shape, dtype=x.dtype, name=name)
+
+    numpy = "{out} = {x}.reshape({shape})"
+
+    def attrs(self):
+        return {"shape": self.shape}
+
+    def with_args(self, args, lead=0):
+        return Reshape(*args, args[0].shape[:lead] + self.shape, name=self.name)
+
+    def adjoints(self, delta):
+        return [Reshape(delta, self.args[0].shape)]
+
+
+class Transpose(LayoutOp):
+    def __init__(self, x, axes=None, name=None):
+        (x,) = as_ops(x)
+        axes = tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % max(x.ndim, 1)
+                                                                          for a in axes)
+        if sorted(axes) != list(range(x.ndim)):
+            raise ShapeError(f"transpose: axes {axes} are not a permutation of the "
+                             f"{x.ndim} axes of {x.shape}")
+        self.axes = axes
+        super().__init__([x], shape=tuple(x.shape[a] for a in axes), dtype=x.dtype, name=name)
+
+    numpy = "{out} = {x}.transpose({axes})"
+
+    def attrs(self):
+        return {"axes": self.axes}
+
+    def with_args(self, args, lead=0):
+        return Transpose(*args, tuple(range(lead)) + tuple(a + lead for a in self.axes),
+                         name=self.name)
+
+    def adjoints(self, delta):
+        return [Transpose(delta, tuple(np.argsort(self.axes)))]
+
+
+class Broadcast(LayoutOp):
+    """A read-only view of `x` repeated to `shape` (NumPy broadcasting)."""
+
+    def __init__(self, x, shape, name=None):
+        (x,) = as_ops(x)
+        shape = tuple(int(s) for s in shape)
+        try:
+            if np.broadcast_shapes(x.shape, shape) != shape:
+                raise ValueError
+        except ValueError:
+            raise ShapeError(f"broadcast: cannot broadcast {x.shape} to {shape}") from None
+        super().__init__([x], shape=shape, dtype=x.dtype, name=name)
+
+    numpy = "{out} = np.broadcast_to({x}, {shape})"
+
+    def attrs(self):
+        return {"shape": self.shape}
+
+    def with_args(self, args, lead=0):
+        return Broadcast(*args, args[0].shape[:lead] + self.shape, name=self.name)
+
+    def adjoints(self, delta):
+        from .elementwise import unbroadcast
+        return [unbroadcast(delta, self.args[0].shape)]
+
+
+class Concat(LayoutOp):
+    def __init__(self, xs, axis=0, name=None):
+        xs = as_ops(*xs)
+        if not xs:
+            raise ShapeError("concat: needs at least one tensor")
+        ndim = xs[0].ndim
+        if ndim == 0:
+            raise ShapeError("concat: cannot concatenate scalars")
+        self.axis = int(axis) % ndim
+        for x in xs:
+            if x.ndim != ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape))
+                                     if i != self.axis):
+                raise ShapeError(f"concat: shapes {xs[0].shape} and {x.shape} differ outside "
+                                 f"axis {self.axis}")
+        shape = list(xs[0].shape)
+        shape[self.axis] = sum(x.shape[self.axis] for x in xs)
+        from .elementwise import result_dtype
+        super().__init__(xs, shape=shape, dtype=result_dtype("concat", *xs), name=name)
+
+    numpy = "np.concatenate([{xs}], axis={axis}, out={out})"
+
+    def attrs(self):
+        return {"axis": self.axis}
+
+    def with_args(self, args, lead=0):
+        return Concat(args, self.axis + lead, name=self.name)
+
+    def adjoints(self, delta):
+        grads, start = [], 0
+        for x in self.args:
+            index = [slice(None)] * self.ndim
+            index[self.axis] = slice(start, start + x.shape[self.axis])
+            grads.append(Slice(delta, tuple(index)))
+            start += x.shape[self.axis]
+        return grads
+
+
+def _normalize_index(shape, key):
+    """Basic indexing only: ints and slices, optionally with one Ellipsis."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise ShapeError("slice: at most one Ellipsis")
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1:]
+    if len(key) > len(shape):
+        raise ShapeError(f"slice: too many indices {key} for shape {shape}")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    out = []
+    for k, n in zip(key, shape):
+        if isinstance(k, (int, np.integer)):
+            if not -n <= k < n:
+                raise ShapeError(f"slice: index {k} is out of range for an axis of size {n}")
+            out.append(int(k) % n)
+        elif isinstance(k, slice):
+            out.append(slice(*k.indices(n)))
+        else:
+            raise ShapeError(f"slice: only ints and slices are supported, got {k!r}")
+    return tuple(out)
+
+
+class Slice(LayoutOp):
+    def __init__(self, x, key, name=None):
+        (x,) = as_ops(x)
+        self.key = _normalize_index(x.shape, key)
+        shape = tuple(len(range(k.start, k.stop, k.step)) for k in self.key
+                      if isinstance(k, slice))
+        super().__init__([x], shape=shape, dtype=x.dtype, name=name)
+
+    numpy = "{out} = {x}[{key}]"
+
+    def attrs(self):
+        return {"key": format_index(self.key)}
+
+    def with_args(self, args, lead=0):
+        return Slice(*args, (slice(None),) * lead + self.key, name=self.name)
+
+    def adjoints(self, delta):
+        return [Unslice(delta, self.args[0].shape, self.key)]
+
+
+class Unslice(LayoutOp):
+    """Zeros of `shape` with `x` written at `key`: the adjoint of a slice."""
+
+    def __init__(self, x, shape, key, name=None):
+        (x,) = as_ops(x)
+        self.key = _normalize_index(shape, key)
+        super().__init__([x], shape=shape, dtype=x.dtype, name=name)
+
+    numpy = "{out}.fill(0)\n{out}[{key}] = {x}"
+
+    def attrs(self):
+        return {"key": format_index(self.key)}
+
+    def with_args(self, args, lead=0):
+        return Unslice(*args, args[0].shape[:lead] + self.shape,
+                       (slice(None),) * lead + self.key, name=self.name)
+
+    def adjoints(self, delta):
+        return [Slice(delta, self.key)]
+
+
+def format_index(key):
+    def one(k):
+        if isinstance(k, int):
+            return str(k)
+        step = "" if k.step == 1 else f":{k.step}"
+        stop = "" if k.stop < 0 else k.stop      # a reversed slice running past index 0
+        return f"{k.start}:{stop}{step}"
+    return ", ".join(one(k) for k in key)
+
+
+def reshape_to(x, shape):
+    return x if x.shape == tuple(shape) else Reshape(x, shape)
+
+
+def slice_op(x, key):
+    return Slice(x, key)

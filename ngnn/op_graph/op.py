@@ -1,0 +1,284 @@
+"""The op-graph node: `Op`, plus the leaves (placeholders, variables, constants).
+
+An op knows its arguments, result shape and dtype (inferred when it is built), its type
+scope (seed 000: `v`, `innbs`, `e`, `n`, or None for ordinary tensors) and a forwarding
+pointer. Passes never edit an op's arguments: they set `old.forward = new`, and every
+reader sees the replacement through `args` / `forwarded` (ngraph's design).
+"""
+import itertools
+
+import numpy as np
+
+from .scopes import combine_scopes
+
+_op_ids = itertools.count()
+
+
+class ShapeError(ValueError):
+    """An op was built from arguments whose shapes or dtypes do not fit."""
+
+
+class Op:
+    """A node of the op-graph.
+
+    Class attributes describe the op's kind:
+      kind      operator scope printed in the IR (seed 000): node/edge/agg/prim/layout.
+                None means "derived from the type scope": edge for `e` values, else node.
+      numpy     NumPy statement template ({out}, {x}, {y}, attributes), used by the NumPy
+                transformer and by constant folding.
+      c         CUDA/OpenCL expression template for element-wise kernels.
+    """
+    kind = None
+    numpy = None
+    c = None
+    is_stateful = False   # never folded or merged (random masks, assignments)
+
+    def __init__(self, args=(), *, shape, dtype, name=None, scope=None):
+        self._args = tuple(args)
+        for a in self._args:
+            if not isinstance(a, Op):
+                raise TypeError(f"{type(self).__name__}: argument {a!r} is not an ngnn op")
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.name = name
+        if scope is None:
+            scope, zoom = combine_scopes(type(self).__name__, self._args)
+        else:
+            zoom = next((a.zoom for a in self._args if a.zoom is not None), None)
+        self.scope = scope
+        self.zoom = zoom      # the zoomIn context of a traced per-vertex value, else None
+        self.forward = None
+        self.id = next(_op_ids)
+
+    # ---- graph structure -------------------------------------------------------------
+    @property
+    def args(self):
+        return tuple(a.forwarded for a in self._args)
+
+    @property
+    def forwarded(self):
+        op = self
+        while op.forward is not None:
+            op = op.forward
+        return op
+
+    def attrs(self):
+        """Non-tensor attributes: part of the op's identity for CSE and shown in the IR."""
+        return {}
+
+    # ---- tensor facts ----------------------------------------------------------------
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_scalar(self):
+        return self.shape == ()
+
+    @property
+    def is_constant(self):
+        return False
+
+    @property
+    def const(self):
+        raise ValueError(f"{self} is not a constant")
+
+    @property
+    def op_name(self):
+        """Lower-case name used in the IR and generated code (`Add` -> `add`)."""
+        name = type(self).__name__
+        return "".join("_" + ch.lower() if ch.isupper() and i else ch.lower()
+                       for i, ch in enumerate(name))
+
+    def with_args(self, args, lead=0):
+        """The same op on new arguments; `lead` extra leading axes shift axis attributes
+        (operation batching adds the node or edge axis in front)."""
+        return type(self)(*args, name=self.name)
+
+    def adjoints(self, delta):
+        """Gradients with respect to each argument, given the gradient of the result."""
+        raise ValueError(f"{type(self).__name__} has no gradient")
+
+    def __repr__(self):
+        label = f" {self.name!r}" if self.name else ""
+        return f"<{type(self).__name__}{label} {list(self.shape)} {self.dtype}>"
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        from ..frontend.errors import control_flow_error
+        raise control_flow_error(self)
+
+    # ---- Python operators build ops ----------------------------------------------------
+    def __add__(self, other): return _binary("Add", self, other)
+    def __radd__(self, other): return _binary("Add", other, self)
+    def __sub__(self, other): return _binary("Subtract", self, other)
+    def __rsub__(self, other): return _binary("Subtract", other, self)
+    def __mul__(self, other): return _binary("Multiply", self, other)
+    def __rmul__(self, other): return _binary("Multiply", other, self)
+    def __truediv__(self, other): return _binary("Divide", self, other)
+    def __rtruediv__(self, other): return _binary("Divide", other, self)
+    def __pow__(self, other): return _binary("Power", self, other)
+    def __rpow__(self, other): return _binary("Power", other, self)
+    def __matmul__(self, other): return _binary("Dot", self, other)
+    def __rmatmul__(self, other): return _binary("Dot", other, self)
+
+    def __neg__(self):
+        from .elementwise import Negative
+        return Negative(self)
+
+    def __getitem__(self, key):
+        from .layout import slice_op
+        return slice_op(self, key)
+
+    def reshape(self, *shape):
+        from .layout import Reshape
+        return Reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
+                       else shape)
+
+    view = reshape
+
+    @property
+    def T(self):
+        from .layout import Transpose
+        return Transpose(self)
+
+    def __iter__(self):
+        raise TypeError(f"cannot iterate over the tensor {self}: it is symbolic. Use "
+                        "slicing, or iterate over v.innbs / v.inedges inside ng.zoomIn")
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError(f"len() of the scalar tensor {self}")
+        return self.shape[0]
+
+
+def _binary(cls_name, x, y):
+    from . import elementwise, linalg
+    cls = getattr(elementwise, cls_name, None) or getattr(linalg, cls_name)
+    return cls(*as_ops(x, y))
+
+
+def as_ops(*values):
+    """Ops from a mix of ops and Python/NumPy values; plain numbers take the dtype of the
+    ops beside them (NumPy 2's weak scalars), so `x_f32 * 2.0` stays float32."""
+    like = next((v for v in values if isinstance(v, Op)), None)
+    return tuple(v if isinstance(v, Op) else constant(v, like=like) for v in values)
+
+
+# ---- leaves ------------------------------------------------------------------------------
+
+class Leaf(Op):
+    kind = "prim"
+
+    def __init__(self, shape, dtype, name=None, scope=None):
+        super().__init__((), shape=shape, dtype=dtype, name=name, scope=scope)
+
+    def adjoints(self, delta):
+        return []
+
+
+class Placeholder(Leaf):
+    """A tensor fed at call time, in the computation's parameter order."""
+
+
+class Variable(Leaf):
+    """State that lives on the transformer's device between calls.
+
+    `initial_value` is an array (broadcast to the shape), a number, or a callable
+    `f(shape) -> array`; the transformer's init computation writes it once.
+    """
+    is_stateful = True
+
+    def __init__(self, shape, dtype=np.float32, initial_value=0.0, name=None, trainable=True):
+        super().__init__(shape, dtype, name=name)
+        self.trainable = trainable
+        value = initial_value(self.shape) if callable(initial_value) else initial_value
+        value = np.asarray(value)
+        try:
+            self.initial_value = np.broadcast_to(value, self.shape).astype(self.dtype)
+        except ValueError:
+            raise ShapeError(f"variable {name or ''}: initial value of shape {value.shape} "
+                             f"does not fit the variable's shape {self.shape}") from None
+        if self.dtype.kind == "f" and not np.all(np.isfinite(self.initial_value)):
+            raise ValueError(f"variable {name or ''}: initial value contains NaN or Inf")
+
+
+class Constant(Leaf):
+    """A value known when the graph is built."""
+
+    def __init__(self, value, dtype=None, name=None):
+        value = np.asarray(value, dtype=dtype)
+        if value.dtype == np.float64 and dtype is None:
+            value = value.astype(np.float32)
+        super().__init__(value.shape, value.dtype, name=name)
+        self.value = value
+        self.value.flags.writeable = False
+
+    @property
+    def is_constant(self):
+        return True
+
+    @property
+    def const(self):
+        return self.value.item() if self.value.ndim == 0 else self.value
+
+    def attrs(self):
+        if self.value.size <= 16:
+            return {"value": self.value.tolist()}
+        return {"value": f"<{self.value.size} values>"}
+
+    def structural_key(self):
+        return (self.dtype.str, self.shape, self.value.tobytes())
+
+
+def constant(value, dtype=None, name=None, like=None):
+    """A constant; plain numbers adopt the dtype of `like` when the kinds agree."""
+    if dtype is None and like is not None and np.ndim(value) == 0 and \
+            not isinstance(value, np.ndarray):
+        kind = np.asarray(value).dtype.kind
+        if like.dtype.kind == "f" or (like.dtype.kind in "iu" and kind in "biu"):
+            dtype = like.dtype
+    return Constant(value, dtype=dtype, name=name)
+
+
+def placeholder(shape, dtype=np.float32, name=None):
+    return Placeholder(_shape_tuple(shape), dtype, name=name)
+
+
+def variable(shape, dtype=np.float32, initial_value=0.0, name=None, trainable=True):
+    return Variable(_shape_tuple(shape), dtype, initial_value, name=name, trainable=trainable)
+
+
+def _shape_tuple(shape):
+    shape = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+    for s in shape:
+        if not isinstance(s, (int, np.integer)) or s < 0:
+            raise ShapeError(f"shape {shape}: every dimension must be a non-negative int")
+    return tuple(int(s) for s in shape)
+
+
+def ordered_ops(results):
+    """Every op the results depend on, arguments before users (iterative DFS)."""
+    order, seen = [], set()
+    for root in results:
+        stack = [(root.forwarded, False)]
+        while stack:
+            op, expanded = stack.pop()
+            if expanded:
+                order.append(op)
+                continue
+            if op in seen:
+                continue
+            seen.add(op)
+            stack.append((op, True))
+            stack.extend((a, False) for a in reversed(op.args) if a not in seen)
+    return order

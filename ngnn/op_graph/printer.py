@@ -1,0 +1,93 @@
+"""The IR as SSA text, in the style of seed 000:
+
+    %el : n::Float32[N,8] = node::sum(%3, axis=(2,))
+
+Type scopes and operator kinds are printed when the computation has graph values; node
+and edge axes print as N and E.
+"""
+from .op import Constant, Placeholder, Variable
+from .scopes import printed_scope
+
+
+def type_text(op, show_scope):
+    dims = [str(d) for d in op.shape]
+    if show_scope and op.scope in ("n", "e") and dims:
+        dims[0] = "N" if op.scope == "n" else "E"
+    dtype = {"float32": "Float32", "float64": "Float64", "int64": "Int64", "int32": "Int32",
+             "bool": "Bool"}.get(op.dtype.name, op.dtype.name)
+    text = f"{dtype}[{','.join(dims)}]"
+    if show_scope and op.scope:
+        text = f"{printed_scope(op.scope)}::{text}"
+    return text
+
+
+def kind_of(op):
+    if op.kind:
+        return op.kind
+    return "edge" if op.scope in ("e", "inedge", "outedge") else "node"
+
+
+def attr_text(value):
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, tuple):
+        return "(" + ",".join(attr_text(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if hasattr(value, "num_nodes"):
+        return f"G{value.num_nodes}x{value.num_edges}"
+    return str(value)
+
+
+class IRNames:
+    """%name for named ops, %0, %1, ... for the rest."""
+
+    def __init__(self):
+        from ..naming import Namer
+        self.namer = Namer()
+        self.names = {}
+        self.counter = 0
+
+    def __getitem__(self, op):
+        if op not in self.names:
+            if op.name:
+                self.names[op] = self.namer(op.name)
+            else:
+                while str(self.counter) in self.namer.taken:
+                    self.counter += 1
+                self.names[op] = str(self.counter)
+                self.namer.taken.add(self.names[op])
+                self.counter += 1
+        return "%" + self.names[op]
+
+
+def op_line(op, names, show_scope, indent="    "):
+    args = [names[a] for a in op.args]
+    attrs = op.attrs()
+    if isinstance(op, Constant) and op.value.ndim == 0:
+        attrs = {"value": op.value.item()}
+    args += [f"{k}={attr_text(v)}" for k, v in attrs.items() if k != "graph"]
+    prefix = f"{kind_of(op)}::" if show_scope else ""
+    name = "constant" if isinstance(op, Constant) else op.op_name
+    return f"{indent}{names[op]} : {type_text(op, show_scope)} = {prefix}{name}({', '.join(args)})"
+
+
+def format_ir(title, ops, results, parameters, annotate=None, names=None):
+    """`annotate(op, names)` may return a list of lines to print instead of op's line
+    (fusion prints a group's call there) or [] to hide it."""
+    names = names or IRNames()
+    show_scope = any(op.scope is not None for op in ops)
+    params = ", ".join(f"{names[p]} : {type_text(p, show_scope)}" for p in parameters)
+    lines = [f"graph {title}({params}):"]
+    for op in ops:
+        if isinstance(op, Placeholder):
+            continue
+        custom = annotate(op, names) if annotate else None
+        if custom is not None:
+            lines.extend(custom)
+        elif isinstance(op, Variable):
+            lines.append(f"    {names[op]} : {type_text(op, show_scope)} = prim::variable()"
+                         if show_scope else f"    {names[op]} : {type_text(op, False)} = variable()")
+        else:
+            lines.append(op_line(op, names, show_scope))
+    lines.append("    return " + ", ".join(names[r] for r in results))
+    return "\n".join(lines)
+

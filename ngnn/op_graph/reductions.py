@@ -1,0 +1,109 @@
+"""Reductions along axes, and softmax / log-softmax."""
+import numpy as np
+
+from .op import Op, ShapeError, as_ops
+
+
+def normalize_axes(op_name, axis, ndim):
+    axes = range(ndim) if axis is None else (axis,) if np.ndim(axis) == 0 else axis
+    out = []
+    for a in axes:
+        if not -ndim <= int(a) < max(ndim, 1) or ndim == 0 and axis is not None:
+            raise ShapeError(f"{op_name}: axis {a} is out of range for a tensor of "
+                             f"{ndim} dimensions")
+        out.append(int(a) % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{op_name}: repeated axis in {axis}")
+    return tuple(sorted(out))
+
+
+class Reduction(Op):
+    def __init__(self, x, axis=None, keepdims=False, name=None):
+        (x,) = as_ops(x)
+        self.axes = normalize_axes(type(self).__name__.lower(), axis, x.ndim)
+        self.keepdims = bool(keepdims)
+        shape = tuple(1 if i in self.axes else s for i, s in enumerate(x.shape)
+                      if keepdims or i not in self.axes)
+        dtype = x.dtype if x.dtype.kind == "f" or type(self) is not Mean else np.float32
+        super().__init__([x], shape=shape, dtype=dtype, name=name)
+
+    @property
+    def numpy(self):
+        return (f"np.{self.ufunc}({{x}}, axis={self.axes}, keepdims={self.keepdims}, "
+                "out={out})")
+
+    def attrs(self):
+        return {"axis": self.axes, "keepdims": self.keepdims}
+
+    def with_args(self, args, lead=0):
+        return type(self)(*args, axis=tuple(a + lead for a in self.axes),
+                          keepdims=self.keepdims, name=self.name)
+
+    def kept(self, t):
+        """`t` (shaped like the result) with the reduced axes as size-1 axes."""
+        from .layout import Reshape
+        shape = tuple(1 if i in self.axes else s for i, s in enumerate(self.args[0].shape))
+        return t if t.shape == shape else Reshape(t, shape)
+
+    def spread(self, t):
+        """`t` (shaped like the result) broadcast back to the input's shape."""
+        from .layout import Broadcast
+        return Broadcast(self.kept(t), self.args[0].shape)
+
+
+class Sum(Reduction):
+    ufunc = "sum"
+
+    def adjoints(self, delta):
+        return [self.spread(delta)]
+
+
+class Mean(Reduction):
+    ufunc = "mean"
+
+    @property
+    def count(self):
+        return int(np.prod([self.args[0].shape[a] for a in self.axes], dtype=np.int64))
+
+    def adjoints(self, delta):
+        return [self.spread(delta / float(max(self.count, 1)))]
+
+
+class Max(Reduction):
+    """Ties share the gradient equally."""
+    ufunc = "max"
+
+    def adjoints(self, delta):
+        from .elementwise import Equal
+        x = self.args[0]
+        hit = Equal(x, self.spread(self))
+        ties = Sum(hit, axis=self.axes, keepdims=self.keepdims)
+        return [self.spread(delta / ties) * hit]
+
+
+class Min(Max):
+    ufunc = "min"
+
+
+class Softmax(Op):
+    def __init__(self, x, axis=-1, name=None):
+        (x,) = as_ops(x)
+        (self.axis,) = normalize_axes(type(self).__name__.lower(), axis, x.ndim)
+        super().__init__([x], shape=x.shape,
+                         dtype=x.dtype if x.dtype.kind == "f" else np.float32, name=name)
+
+    def attrs(self):
+        return {"axis": self.axis}
+
+    def with_args(self, args, lead=0):
+        return type(self)(*args, axis=self.axis + lead, name=self.name)
+
+    def adjoints(self, delta):
+        total = Sum(delta * self, axis=self.axis, keepdims=True)
+        return [self * (delta - total)]
+
+
+class LogSoftmax(Softmax):
+    def adjoints(self, delta):
+        from .elementwise import Exp
+        return [delta - Exp(self) * Sum(delta, axis=self.axis, keepdims=True)]

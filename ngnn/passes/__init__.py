@@ -1,0 +1,9 @@
+"""Graph passes: one pass per module."""
+from .base import GraphPass, PeepholeGraphPass, visit
+from .buffer_sharing import BufferSharing, MemoryPlan
+from .cse import CSE
+from .operation_batching import OperationBatching
+from .simple_prune import SimplePrune
+
+__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching",
+           "BufferSharing", "MemoryPlan"]

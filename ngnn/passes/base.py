@@ -1,0 +1,61 @@
+"""Pass framework: GraphPass, and PeepholeGraphPass with per-op-type visit methods.
+
+A peephole pass is written as methods decorated with `@visit.on_type(OpClass)`
+(ngnn.dispatch): a visit method for a base op class also sees its subclasses, and a
+subclass pass keeps its parent's visit methods. Replacements go through the ops'
+forwarding pointers.
+"""
+from ..dispatch import TypeDispatch, TypeDispatched, on_type
+from ..op_graph import Broadcast, Cast, ShapeError, ordered_ops
+
+
+class GraphPass:
+    """Transforms the graph reachable from a computation's results."""
+
+    name = None
+
+    def do_pass(self, computation):
+        raise TypeError(f"{type(self).__name__} must implement do_pass(computation)")
+
+    def __repr__(self):
+        return type(self).__name__
+
+
+visit = on_type
+
+
+class PeepholeGraphPass(GraphPass, TypeDispatched):
+    """Visits every op (arguments first) and replaces ops, until nothing changes."""
+
+    max_rounds = 50
+
+    def do_pass(self, computation):
+        for _ in range(self.max_rounds):
+            self.replaced = False
+            for op in ordered_ops(computation.results):
+                if op.forward is not None:
+                    continue        # replaced earlier in this round
+                table = getattr(type(self), "visit", None)
+                method = table.lookup(type(op)) if isinstance(table, TypeDispatch) else None
+                if method is not None:
+                    method(self, op)
+            if not self.replaced:
+                return
+        raise RuntimeError(f"{type(self).__name__} did not reach a fixpoint in "
+                           f"{self.max_rounds} rounds")
+
+    def replace_op(self, op, replacement):
+        """Forward `op` to `replacement`, broadcast and cast to keep op's shape and dtype."""
+        replacement = replacement.forwarded
+        if replacement is op:
+            return
+        if replacement.shape != op.shape:
+            try:
+                replacement = Broadcast(replacement, op.shape)
+            except ShapeError:
+                raise ShapeError(f"{type(self).__name__}: cannot replace {op} by "
+                                 f"{replacement}: shapes differ") from None
+        if replacement.dtype != op.dtype:
+            replacement = Cast(replacement, op.dtype)
+        op.forward = replacement
+        self.replaced = True

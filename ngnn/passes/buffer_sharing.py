@@ -1,0 +1,103 @@
+"""BufferSharing: liveness over the ordered ops, then buffers reused when lifetimes don't
+overlap, and element-wise ops written in place over an argument that dies with them."""
+from ..op_graph import Assign, ElementWise
+from .base import GraphPass
+
+
+class MemoryPlan:
+    """Where every intermediate tensor lives: `slots[op] = buffer index` (offset 0),
+    `buffer_bytes[i]` the size of buffer i. Results are returned as copies, so they share
+    nothing with later calls."""
+
+    def __init__(self):
+        self.slots = {}
+        self.buffer_bytes = []
+        self.inplace = set()
+
+    @property
+    def peak_bytes(self):
+        """Bytes of intermediate buffers: all of them are live at the busiest point."""
+        return sum(self.buffer_bytes)
+
+    def __str__(self):
+        lines = [f"memory plan: {len(self.buffer_bytes)} buffers, {self.peak_bytes} bytes"]
+        for i, nbytes in enumerate(self.buffer_bytes):
+            users = [op for op, b in self.slots.items() if b == i]
+            names = ", ".join(op.name or f"{op.op_name}#{op.id}" for op in users)
+            lines.append(f"  buffer {i}: {nbytes} bytes <- {names}")
+        return "\n".join(lines)
+
+
+class BufferSharing(GraphPass):
+    """Runs on ordered ops; asks the computation's transformer which ops are views of their
+    argument (no storage) and which need no intermediate storage at all."""
+
+    def do_pass(self, computation):
+        computation.memory_plan = plan_memory(computation.ordered_ops, computation.results,
+                                              computation.transformer)
+
+
+def plan_memory(ops, results, transformer):
+    plan = MemoryPlan()
+    root = {}
+
+    def root_of(op):
+        return root.get(op, op)
+
+    for op in ops:
+        if transformer.is_view(op):
+            root[op] = root_of(op.args[0])
+        elif isinstance(op, Assign):
+            root[op] = root_of(op.args[0])
+    end = len(ops)
+    last_use = {}
+    for i, op in enumerate(ops):
+        for arg in op.args:
+            last_use[root_of(arg)] = end if isinstance(op, Assign) else i
+    for r in results:
+        last_use[root_of(r.forwarded)] = end
+
+    free = []                      # buffer indices not holding a live tensor
+    holder = {}                    # buffer index -> root op living in it
+    for i, op in enumerate(ops):
+        if transformer.needs_storage(op):
+            slot = _inplace_slot(op, i, plan, root_of, last_use, transformer)
+            if slot is not None:
+                plan.inplace.add(op)
+            else:
+                slot = _take(free, op.nbytes, plan)
+            plan.slots[op] = slot
+            holder[slot] = op
+        for slot, held in list(holder.items()):
+            if last_use.get(held, i) <= i:      # dead after this step (or never used)
+                free.append(slot)
+                del holder[slot]
+    return plan
+
+
+def _inplace_slot(op, i, plan, root_of, last_use, transformer):
+    """An argument's buffer, if `op` may overwrite it: element-wise, same shape and dtype,
+    the argument's storage dies here and nothing else views it."""
+    if not isinstance(op, ElementWise) or not transformer.inplace_ok(op):
+        return None
+    for arg in op.args:
+        r = root_of(arg)
+        if arg is r and r in plan.slots and last_use.get(r) == i and \
+                arg.shape == op.shape and arg.dtype == op.dtype:
+            return plan.slots[r]
+    return None
+
+
+def _take(free, nbytes, plan):
+    """Best-fit free buffer; else the largest free one, grown; else a new buffer."""
+    fitting = [s for s in free if plan.buffer_bytes[s] >= nbytes]
+    if fitting:
+        slot = min(fitting, key=lambda s: plan.buffer_bytes[s])
+    elif free:
+        slot = max(free, key=lambda s: plan.buffer_bytes[s])
+        plan.buffer_bytes[slot] = nbytes
+    else:
+        plan.buffer_bytes.append(nbytes)
+        return len(plan.buffer_bytes) - 1
+    free.remove(slot)
+    return slot

@@ -1,0 +1,79 @@
+"""SimplePrune: algebraic identities and constant folding (ngraph's SimplePrune)."""
+import numpy as np
+
+from ..op_graph import (Add, Broadcast, Constant, Divide, Multiply, Negative, Op, Subtract,
+                        zeros)
+from .base import PeepholeGraphPass, visit
+
+FOLD_LIMIT = 1 << 16    # elements; larger constant results stay as ops (no huge literals)
+
+
+def scalar_value(op):
+    """The single value of a constant (or a broadcast constant) whose elements are all
+    equal, else None."""
+    while isinstance(op, Broadcast):
+        op = op.args[0]
+    if isinstance(op, Constant) and op.value.size and op.value.size <= FOLD_LIMIT:
+        first = op.value.flat[0]
+        if np.all(op.value == first):
+            return first.item()
+    return None
+
+
+class SimplePrune(PeepholeGraphPass):
+    @visit.on_type(Add)
+    def visit(self, op):
+        x, y = op.args
+        if scalar_value(y) == 0:
+            self.replace_op(op, x)
+        elif scalar_value(x) == 0:
+            self.replace_op(op, y)
+
+    @visit.on_type(Subtract)
+    def visit(self, op):
+        x, y = op.args
+        if scalar_value(y) == 0:
+            self.replace_op(op, x)
+        elif scalar_value(x) == 0:
+            self.replace_op(op, Negative(y))
+
+    @visit.on_type(Multiply)
+    def visit(self, op):
+        x, y = op.args
+        for a, b in ((x, y), (y, x)):
+            value = scalar_value(b)
+            if value == 1:
+                return self.replace_op(op, a)
+            if value == 0:
+                return self.replace_op(op, zeros(op.shape, op.dtype))
+
+    @visit.on_type(Divide)
+    def visit(self, op):
+        x, y = op.args
+        if scalar_value(y) == 1:
+            self.replace_op(op, x)
+
+    @visit.on_type(Negative)
+    def visit(self, op):
+        (x,) = op.args
+        if isinstance(x, Negative):
+            self.replace_op(op, x.args[0])
+
+    @visit.on_type(Op)
+    def visit(self, op):
+        """Constant folding: an op of constants is evaluated now."""
+        if op.is_stateful or not op.args or isinstance(op, (Constant, Broadcast)) or \
+                op.size > FOLD_LIMIT or not all(_is_constant(a) for a in op.args):
+            return
+        from ..transformers.numpy.evaluate import evaluate
+        self.replace_op(op, Constant(evaluate(op, [_value(a) for a in op.args])))
+
+
+def _is_constant(op):
+    return isinstance(op, Constant) or isinstance(op, Broadcast) and _is_constant(op.args[0])
+
+
+def _value(op):
+    if isinstance(op, Broadcast):
+        return np.broadcast_to(_value(op.args[0]), op.shape)
+    return op.value

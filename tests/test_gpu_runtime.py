@@ -1,0 +1,292 @@
+"""The GPU runtime layer: the dialect prelude, Philox on host and device, the OpenCL runtime
+(PoCL on machines without a GPU), nvcc compiles of the CUDA renderings, the compile cache."""
+import os
+
+import numpy as np
+import pytest
+
+from ngnn import philox
+from ngnn.transformers.gpu.runtime import (
+    CompileCache, available_runtimes, compile_ptx, get_runtime, render_prelude,
+    runtime_unavailable_reason)
+
+# Written once, CUDA-style; rendered for both dialects below.
+KERNELS = r"""
+KERNEL void add_dropout(GLOBAL const float* RESTRICT a, GLOBAL const float* RESTRICT b,
+                        GLOBAL float* RESTRICT out, int n, float rate,
+                        uint seed_lo, uint seed_hi, uint base_lo, uint base_hi) {
+    int i = GLOBAL_ID(0);
+    if (i >= n) return;
+    float u = philox_uniform_at(seed_lo, seed_hi, base_lo, base_hi, (uint)i, 0u);
+    out[i] = u < rate ? 0.0f : (a[i] + b[i]) / (1.0f - rate);
+}
+
+KERNEL void uniform_fill(GLOBAL float* out, int n, uint seed_lo, uint seed_hi,
+                         uint base_lo, uint base_hi, uint stream) {
+    int i = GLOBAL_ID(0);
+    if (i < n) out[i] = philox_uniform_at(seed_lo, seed_hi, base_lo, base_hi, (uint)i, stream);
+}
+
+KERNEL void philox_block(GLOBAL uint* out, uint c0, uint c1, uint c2, uint c3, uint k0, uint k1) {
+    uint ctr[4];
+    ctr[0] = c0; ctr[1] = c1; ctr[2] = c2; ctr[3] = c3;
+    philox4x32_10(ctr, k0, k1);
+    for (int j = 0; j < 4; ++j) out[j] = ctr[j];
+}
+
+/* One row per work-group row: a local-memory tree sum, float atomics, and the index macros. */
+KERNEL void row_stats(GLOBAL const float* RESTRICT x, int ncols, GLOBAL float* sums,
+                      GLOBAL float* maxs, GLOBAL float* mins, GLOBAL int* geometry) {
+    LOCAL float tile[64];
+    int col = GLOBAL_ID(0);
+    int row = GLOBAL_ID(1);
+    int lid = LOCAL_ID(0);
+    float v = col < ncols ? x[row * ncols + col] : 0.0f;
+    tile[lid] = v;
+    BARRIER();
+    for (int stride = LOCAL_SIZE(0) / 2; stride > 0; stride /= 2) {
+        if (lid < stride) tile[lid] += tile[lid + stride];
+        BARRIER();
+    }
+    if (lid == 0) atomic_add_f32(&sums[row], tile[0]);
+    if (col < ncols) {
+        atomic_max_f32(&maxs[row], fmax(v, -1e30f));
+        atomic_min_f32(&mins[row], fmin(v, 1e30f));
+    }
+    if (col == 0 && row == 0) {
+        geometry[0] = NUM_GROUPS(0);
+        geometry[1] = NUM_GROUPS(1);
+        geometry[2] = LOCAL_SIZE(1);
+        geometry[3] = GROUP_ID(1) + LOCAL_ID(1);
+    }
+}
+"""
+KERNEL_NAMES = ["add_dropout", "uniform_fill", "philox_block", "row_stats"]
+
+M32 = 0xFFFFFFFF
+KAT = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+       ((M32,) * 4, (M32, M32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+       ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+
+
+def halves(value):
+    return np.uint32(value & M32), np.uint32(value >> 32)
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory):
+    runtime = get_runtime("opencl", cache=CompileCache(tmp_path_factory.mktemp("cl-cache")))
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture(scope="module")
+def kernels(rt):
+    return rt.build(render_prelude(rt.dialect) + KERNELS, KERNEL_NAMES)
+
+
+def upload(rt, array):
+    buf = rt.alloc(array.nbytes)
+    rt.write(buf, 0, array)
+    return buf
+
+
+def download(rt, buf, dtype, n):
+    out = np.empty(n, dtype)
+    rt.read(buf, 0, out)
+    return out
+
+
+def test_prelude_renders_each_dialect():
+    cuda, opencl = render_prelude("cuda"), render_prelude("opencl")
+    assert 'extern "C" __global__' in cuda and "__syncthreads()" in cuda
+    assert "#define KERNEL __kernel" in opencl and "get_global_id" in opencl
+    for text in (cuda, opencl):
+        assert "philox_uniform(" in text and "{{" not in text and "{%" not in text
+    with pytest.raises(ValueError, match="dialect"):
+        render_prelude("metal")
+
+
+@pytest.mark.parametrize("counter, key, expected", KAT)
+def test_philox_known_answers(counter, key, expected):
+    assert [int(w) for w in philox.philox4x32_10(counter, key)] == list(expected)
+
+
+@pytest.mark.parametrize("counter, key, expected", KAT)
+def test_device_philox_known_answers(rt, kernels, counter, key, expected):
+    out = rt.alloc(16)
+    args = [out] + [np.uint32(w) for w in counter + key]
+    rt.launch(kernels["philox_block"], (1,), (1,), args)
+    assert download(rt, out, np.uint32, 4).tolist() == list(expected)
+
+
+@pytest.mark.parametrize("seed, base, stream", [
+    (0, 0, 0), (12345, 7, 0), (2 ** 64 - 1, 2 ** 32 - 100, 3),  # crosses into the high word
+    (0xDEADBEEF12345678, 2 ** 64 - 50, 1),                      # wraps around 2**64
+])
+def test_device_uniform_matches_numpy_bitwise(rt, kernels, seed, base, stream):
+    n = 256
+    out = rt.alloc(4 * n)
+    rt.launch(kernels["uniform_fill"], (n,), (64,),
+              [out, np.int32(n), *halves(seed), *halves(base), np.uint32(stream)])
+    device = download(rt, out, np.float32, n)
+    host = philox.uniform(seed, base, n, stream)
+    assert device.view(np.uint32).tolist() == host.view(np.uint32).tolist()
+    assert 0.0 <= host.min() and host.max() < 1.0
+
+
+def test_uniform_statistics_and_validation():
+    u = philox.uniform(42, 0, 100_000)
+    assert u.dtype == np.float32 and abs(u.mean() - 0.5) < 0.01
+    assert not np.array_equal(u[:100], philox.uniform(43, 0, 100))
+    assert not np.array_equal(u[:100], philox.uniform(42, 0, 100, stream=1))
+    np.testing.assert_array_equal(u[10:20], philox.uniform(42, 10, 10))
+    with pytest.raises(ValueError, match="seed"):
+        philox.uniform(-1, 0, 4)
+    with pytest.raises(ValueError, match="n must"):
+        philox.uniform(0, 0, -1)
+
+
+def test_add_dropout_matches_numpy(rt, kernels):
+    n, rate, seed, base = 1000, 0.3, 99, 2 ** 32 - 10
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    out = rt.alloc(4 * n)
+    padded = -(-n // 128) * 128  # the caller rounds the global size up; the kernel guards i < n
+    rt.launch(kernels["add_dropout"], (padded,), (128,),
+              [upload(rt, a), upload(rt, b), out, np.int32(n), np.float32(rate),
+               *halves(seed), *halves(base)])
+    rt.synchronize()
+    u = philox.uniform(seed, base, n)
+    expected = np.where(u < np.float32(rate), np.float32(0),
+                        (a + b) / (np.float32(1) - np.float32(rate)))
+    np.testing.assert_allclose(download(rt, out, np.float32, n), expected, rtol=1e-6)
+
+
+def test_local_memory_atomics_and_2d_indexing(rt, kernels):
+    rows, ncols, local = 5, 150, 64
+    x = np.random.default_rng(1).standard_normal((rows, ncols)).astype(np.float32)
+    sums, maxs, mins = (rt.alloc(4 * rows) for _ in range(3))
+    geometry = rt.alloc(16)
+    rt.fill_zero(sums)
+    rt.write(maxs, 0, np.full(rows, -np.inf, np.float32))
+    rt.write(mins, 0, np.full(rows, np.inf, np.float32))
+    padded = -(-ncols // local) * local
+    rt.launch(kernels["row_stats"], (padded, rows), (local, 1),
+              [upload(rt, x), np.int32(ncols), sums, maxs, mins, geometry])
+    np.testing.assert_allclose(download(rt, sums, np.float32, rows), x.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(download(rt, maxs, np.float32, rows), x.max(1))
+    np.testing.assert_array_equal(download(rt, mins, np.float32, rows), x.min(1))
+    assert download(rt, geometry, np.int32, 4).tolist() == [padded // local, rows, 1, 0]
+
+
+def test_cuda_rendering_compiles_with_nvcc(tmp_path):
+    ptx = compile_ptx({"kernels": render_prelude("cuda") + KERNELS}, arch="sm_80",
+                      cache=CompileCache(tmp_path))
+    for name in KERNEL_NAMES:
+        assert f".entry {name}(" in ptx["kernels"]
+
+
+def test_nvcc_batches_and_reports_errors(tmp_path):
+    cache = CompileCache(tmp_path)
+    good = {f"k{i}": f'extern "C" __global__ void k{i}(float* x) {{ x[0] = {i}.0f; }}'
+            for i in range(3)}
+    ptx = compile_ptx(good, cache=cache)
+    assert list(ptx) == list(good) and all(".entry" in text for text in ptx.values())
+    assert (cache.hits, cache.misses) == (0, 3)
+    compile_ptx(good, cache=cache)
+    assert cache.hits == 3
+    with pytest.raises(RuntimeError, match=r"nvcc failed for broken(.|\n)*1 \| extern"):
+        compile_ptx({"broken": 'extern "C" __global__ void f() { int x = ; }'}, cache=cache)
+
+
+def test_second_build_hits_cache_and_writes_atomically(tmp_path):
+    source = render_prelude("opencl") + KERNELS
+    cache = CompileCache(tmp_path)
+    with get_runtime("opencl", cache=cache) as first:
+        first.build(source, ["uniform_fill"])
+    assert (cache.hits, cache.misses) == (0, 1)
+    with get_runtime("opencl", cache=cache) as second:
+        fill = second.build(source, ["uniform_fill"])["uniform_fill"]
+        out = second.alloc(64)
+        second.launch(fill, (16,), (16,), [out, np.int32(16), *halves(5), *halves(0), np.uint32(0)])
+        np.testing.assert_array_equal(download(second, out, np.float32, 16), philox.uniform(5, 0, 16))
+    assert (cache.hits, cache.misses) == (1, 1)
+    entries = os.listdir(tmp_path)
+    assert len(entries) == 1 and entries[0].endswith(".bin")
+
+
+def test_cache_put_get_and_env_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("NGNN_CACHE_DIR", str(tmp_path / "env-cache"))
+    cache = CompileCache()
+    assert cache.directory == tmp_path / "env-cache"
+    key = cache.key("opencl", "device", "source")
+    assert key != cache.key("opencl", "devices", "ource")
+    assert cache.get(key) is None
+    cache.put(key, b"\x00binary")
+    cache.put(key, b"\x00binary2")
+    assert cache.get(key) == b"\x00binary2"
+    assert os.listdir(cache.directory) == [f"{key}.bin"]
+
+
+def test_build_errors_show_log_and_numbered_source(rt):
+    with pytest.raises(RuntimeError, match=r"OpenCL build failed(.|\n)*\| KERNEL void broken"):
+        rt.build(render_prelude("opencl") + "KERNEL void broken(GLOBAL float* x) { x[0] = ; }",
+                 ["broken"])
+    with pytest.raises(RuntimeError, match="'missing' is not defined"):
+        rt.build(render_prelude("opencl") + KERNELS, ["missing"])
+
+
+def test_zero_size_and_offset_copies(rt):
+    empty = rt.alloc(0)
+    assert empty.nbytes == 0
+    rt.write(empty, 0, np.empty(0, np.float32))
+    rt.read(empty, 0, np.empty(0, np.float32))
+    rt.fill_zero(empty)
+    buf = rt.alloc(40)
+    rt.fill_zero(buf)
+    rt.write(buf, 12, np.arange(1, 5, dtype=np.float32))
+    np.testing.assert_array_equal(download(rt, buf, np.float32, 10), [0, 0, 0, 1, 2, 3, 4, 0, 0, 0])
+    part = np.empty(2, np.float32)
+    rt.read(buf, 16, part)
+    np.testing.assert_array_equal(part, [2, 3])
+    with pytest.raises(ValueError, match="does not fit"):
+        rt.write(buf, 32, np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        rt.read(buf, 0, np.empty((4, 2), np.float32)[:, 0])
+
+
+def test_launch_validation(rt, kernels):
+    out = rt.alloc(64)
+    args = [out, np.int32(16), *halves(1), *halves(0), np.uint32(0)]
+    with pytest.raises(ValueError, match="multiple"):
+        rt.launch(kernels["uniform_fill"], (20,), (16,), args)
+    with pytest.raises(TypeError, match="argument 1"):
+        rt.launch(kernels["uniform_fill"], (16,), (16,), [out, 16] + args[2:])
+
+
+def test_runtime_selection_and_errors():
+    assert "opencl" in available_runtimes()
+    with get_runtime() as chosen:
+        assert chosen.name == chosen.dialect == available_runtimes()[0]
+        assert chosen.device_name
+    with pytest.raises(ValueError, match="unknown GPU runtime"):
+        get_runtime("metal")
+    if runtime_unavailable_reason("cuda") is not None:
+        with pytest.raises(RuntimeError, match=r"cuda GPU runtime is unavailable(.|\n)*ngnn\[cuda\]"):
+            get_runtime("cuda")
+
+
+def test_cuda_runtime_on_real_gpu(tmp_path):
+    pytest.importorskip("pycuda.driver")
+    if runtime_unavailable_reason("cuda") is not None:
+        pytest.skip(f"no usable CUDA device: {runtime_unavailable_reason('cuda')}")
+    with get_runtime("cuda", cache=CompileCache(tmp_path)) as cuda:
+        fill = cuda.build(render_prelude("cuda") + KERNELS, ["uniform_fill"])["uniform_fill"]
+        out = cuda.alloc(4 * 300)
+        cuda.launch(fill, (320,), (64,),
+                    [out, np.int32(300), *halves(7), *halves(2 ** 32 - 5), np.uint32(2)])
+        got = download(cuda, out, np.float32, 300)
+    np.testing.assert_array_equal(got, philox.uniform(7, 2 ** 32 - 5, 300, 2))

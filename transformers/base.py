@@ -1,0 +1,286 @@
+"""The transformer base (ngraph's design, seed 002).
+
+A Transformer owns computations, the pass pipeline, the device buffers of variables and
+the init computation that writes their initial values. A Computation is a set of results
+and the placeholders fed at call time; `transform()` runs the passes, orders the ops,
+plans memory and hands the ordered ops to the transformer, which sets `executor`.
+
+Computations may be created at any time, before or after the first call: each one is
+transformed on first use, and variables it introduces are initialized then.
+"""
+import numpy as np
+
+from ngnn.op_graph import Assign, Constant, Op, Placeholder, Variable, ordered_ops
+from ngnn.op_graph.printer import IRNames, format_ir
+
+
+class DeviceBufferStorage:
+    """One device allocation serving one or more tensors (at offsets, over time)."""
+
+    def __init__(self, transformer, nbytes, name):
+        self.transformer = transformer
+        self.nbytes = int(nbytes)
+        self.name = name
+
+    def allocate(self):
+        raise TypeError(f"{type(self).__name__} must implement allocate()")
+
+
+class DeviceTensor:
+    """A view (offset, shape, strides, dtype) on a DeviceBufferStorage."""
+
+    def __init__(self, storage, offset, shape, dtype, strides=None):
+        self.storage = storage
+        self.offset = int(offset)
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.strides = strides or _contiguous_strides(self.shape, self.dtype.itemsize)
+
+    @property
+    def nbytes(self):
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def get(self):
+        """A NumPy copy of the tensor."""
+        raise TypeError(f"{type(self).__name__} must implement get()")
+
+    def set(self, value):
+        """Copy a NumPy array (broadcast and cast to this tensor) onto the device."""
+        raise TypeError(f"{type(self).__name__} must implement set()")
+
+
+def _contiguous_strides(shape, itemsize):
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+class Computation:
+    def __init__(self, transformer, results, parameters, name=None):
+        self.transformer = transformer
+        self.single = isinstance(results, Op)
+        results = [results] if self.single else list(results)
+        for r in results:
+            if not isinstance(r, Op):
+                raise TypeError(f"computation: results must be ngnn ops, got {r!r}")
+        for p in parameters:
+            if not isinstance(p, Placeholder):
+                raise TypeError(f"computation: parameters must be placeholders, got {p!r}")
+        if len(set(parameters)) != len(parameters):
+            raise ValueError("computation: a placeholder is listed twice among the parameters")
+        self._results = results
+        self.parameters = list(parameters)
+        self.name = name or "computation"
+        self.transformed = False
+        self.ir_history = []          # (pass name, IR text) after each pass
+        self.memory_plan = None
+        self.ordered_ops = None
+        self.executor = None
+        self._source = None
+        self.calls = 0
+
+    @property
+    def results(self):
+        return [r.forwarded for r in self._results]
+
+    # ---- transformation ------------------------------------------------------------------
+    def transform(self):
+        if self.transformed:
+            return
+        from ngnn.frontend import lower_zoom_outs
+        lower_zoom_outs(self._results)
+        self._record("Trace")
+        for graph_pass in self.transformer.graph_passes():
+            graph_pass.do_pass(self)
+            self._record(type(graph_pass).__name__)
+        self.ordered_ops = ordered_ops(self.results)
+        self._check_parameters()
+        for late_pass in self.transformer.late_passes():
+            late_pass.do_pass(self)
+        self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
+        self.transformer.transform_ordered_ops(self)
+        self.transformed = True
+
+    def _record(self, pass_name):
+        self.ir_history.append((pass_name, self._format_ir(ordered_ops(self.results))))
+
+    def _check_parameters(self):
+        needed = [op for op in self.ordered_ops if isinstance(op, Placeholder)]
+        missing = [p for p in needed if p not in self.parameters]
+        if missing:
+            names = ", ".join(repr(p.name or str(p)) for p in missing)
+            raise ValueError(f"computation {self.name!r}: the results depend on placeholder(s) "
+                             f"{names}, which are not among the parameters")
+        for r in self.results:
+            if any(isinstance(a, Assign) for a in r.args):
+                raise ValueError("ng.assign must be a result of the computation, not an "
+                                 "argument of another op")
+
+    # ---- inspection ----------------------------------------------------------------------
+    def _format_ir(self, ops, annotate=None):
+        return format_ir(self.name, ops, self.results, self.parameters, annotate=annotate,
+                         names=IRNames())
+
+    @property
+    def ir(self):
+        """The optimized IR as SSA text."""
+        self.transform()
+        return self.transformer.format_ir(self)
+
+    def ir_after(self, pass_name):
+        """The IR right after the named pass ("Trace" for before any pass)."""
+        self.transform()
+        for name, text in self.ir_history:
+            if name == pass_name:
+                return text
+        raise KeyError(f"no pass named {pass_name!r}; passes run: "
+                       f"{[name for name, _ in self.ir_history]}")
+
+    @property
+    def source(self):
+        """The generated program text."""
+        self.transform()
+        return self._source
+
+    # ---- execution -----------------------------------------------------------------------
+    def __call__(self, *args):
+        if self.transformer.closed:
+            raise RuntimeError("the transformer is closed")
+        self.transform()
+        self.transformer.initialize()
+        values = self._check_arguments(args)
+        outputs = self.executor(*values, self.calls)
+        self.calls += 1
+        return outputs[0] if self.single else tuple(outputs)
+
+    def _check_arguments(self, args):
+        if len(args) != len(self.parameters):
+            names = ", ".join(p.name or "?" for p in self.parameters)
+            raise TypeError(f"computation {self.name!r} takes {len(self.parameters)} "
+                            f"argument(s) ({names}), got {len(args)}")
+        return [check_argument(p, a, self.transformer.check_finite)
+                for p, a in zip(self.parameters, args)]
+
+
+def check_argument(placeholder, value, check_finite):
+    name = placeholder.name or f"placeholder #{placeholder.id}"
+    array = np.asarray(value)
+    if array.shape != placeholder.shape:
+        raise ValueError(f"parameter {name!r} expects shape {placeholder.shape}, got an array "
+                         f"of shape {array.shape}")
+    want, got = placeholder.dtype.kind, array.dtype.kind
+    compatible = want == got or want in "iu" and got in "iu" or want == "f" and got in "iu"
+    if not compatible:
+        raise TypeError(f"parameter {name!r} expects {placeholder.dtype} values, got an array "
+                        f"of dtype {array.dtype}")
+    if want in "iu" and got in "iu" and array.size and \
+            not np.can_cast(array.dtype, placeholder.dtype) and \
+            (array.min() < np.iinfo(placeholder.dtype).min or
+             array.max() > np.iinfo(placeholder.dtype).max):
+        raise ValueError(f"parameter {name!r}: values do not fit {placeholder.dtype}")
+    array = np.ascontiguousarray(array, dtype=placeholder.dtype)
+    if check_finite and want == "f" and not np.isfinite(array).all():
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise ValueError(f"parameter {name!r} contains {bad} NaN or Inf value(s)")
+    return array
+
+
+class Transformer:
+    """Options: passes=[...] appended to the pipeline; fusion=False turns fusion off;
+    check_finite=False skips the NaN/Inf check of arguments."""
+
+    name = None
+    computation_class = Computation
+
+    def __init__(self, passes=None, fusion=True, check_finite=True, **options):
+        self.user_passes = list(passes or [])
+        self.fusion = fusion
+        self.check_finite = check_finite
+        self.options = options
+        self.computations = []
+        self.variable_tensors = {}     # Variable -> DeviceTensor
+        self.initialized_variables = set()
+        self.closed = False
+
+    def graph_passes(self):
+        """Passes over the graph, in order (they rewrite through forwarding)."""
+        from ngnn.passes import CSE, OperationBatching, SimplePrune
+        return [OperationBatching(), SimplePrune(), CSE()] + self.user_passes
+
+    def late_passes(self):
+        """Passes over the ordered ops of one computation (planning, not rewriting)."""
+        from ngnn.passes import BufferSharing
+        return [BufferSharing()]
+
+    def computation(self, results, *parameters, name=None):
+        if self.closed:
+            raise RuntimeError("the transformer is closed")
+        comp = self.computation_class(self, results, parameters, name=name)
+        self.computations.append(comp)
+        return comp
+
+    def initialize(self):
+        """Transform every computation, then run the init computation: it writes the
+        initial value of every variable not initialized yet."""
+        for comp in self.computations:
+            comp.transform()
+        new = [v for comp in self.computations for v in comp.variables
+               if v not in self.initialized_variables]
+        new = list(dict.fromkeys(new))
+        if not new:
+            return
+        init = Computation(self, [Assign(v, Constant(v.initial_value)) for v in new], (),
+                           name="init")
+        init.transform()
+        init.executor(0)
+        self.initialized_variables.update(new)
+
+    def variable_tensor(self, variable):
+        """The DeviceTensor holding a variable (allocated on first request)."""
+        if variable not in self.variable_tensors:
+            self.variable_tensors[variable] = self.allocate_variable(variable)
+        return self.variable_tensors[variable]
+
+    def is_view(self, op):
+        """Whether op's result is a view of its first argument (no storage of its own)."""
+        return False
+
+    def needs_storage(self, op):
+        """Whether op's result needs an intermediate buffer from the memory plan."""
+        return not isinstance(op, (Placeholder, Variable, Constant, Assign)) and \
+            not self.is_view(op)
+
+    def inplace_ok(self, op):
+        return True
+
+    def format_ir(self, computation):
+        return computation._format_ir(computation.ordered_ops)
+
+    def allocate_variable(self, variable):
+        raise TypeError(f"{type(self).__name__} must implement allocate_variable()")
+
+    def transform_ordered_ops(self, computation):
+        raise TypeError(f"{type(self).__name__} must implement transform_ordered_ops()")
+
+    def variable_value(self, variable):
+        """The current value of a variable, as a NumPy array."""
+        self.initialize()
+        if variable not in self.initialized_variables:
+            raise KeyError(f"variable {variable.name!r} is not used by any computation of "
+                           "this transformer")
+        return self.variable_tensors[variable].get()
+
+    def set_variable(self, variable, value):
+        self.initialize()
+        self.variable_tensors[variable].set(np.asarray(value))
+
+    def close(self):
+        self.closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,118 @@
+"""The interface every GPU runtime implements, and the pieces the runtimes share."""
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class DeviceBuffer:
+    """A device allocation of `nbytes` bytes; `handle` is the runtime's native object
+    (a pyopencl.Buffer or a pycuda DeviceAllocation)."""
+    nbytes: int
+    handle: Any
+
+
+@dataclass(eq=False)
+class Kernel:
+    """A compiled kernel entry point; `handle` is a pyopencl.Kernel or a pycuda Function."""
+    name: str
+    handle: Any
+
+
+def numbered_source(source):
+    """The source with line numbers, so compiler messages that cite lines can be followed."""
+    lines = source.splitlines()
+    width = len(str(len(lines)))
+    return "\n".join(f"{i:>{width}} | {line}" for i, line in enumerate(lines, 1))
+
+
+class Runtime(ABC):
+    """A device, its memory and its kernels.
+
+    `name` and `dialect` are "cuda" or "opencl": the dialect selects how templates/prelude.j2 renders.
+    Copies are blocking; launches are queued in order and `synchronize` waits for them.
+    """
+    name: str
+    dialect: str
+    device_name: str
+
+    @abstractmethod
+    def alloc(self, nbytes) -> DeviceBuffer:
+        """A new buffer of `nbytes` bytes (zero is allowed), contents undefined."""
+
+    @abstractmethod
+    def write(self, buffer, offset_bytes, host_array):
+        """Copy the whole contiguous `host_array` into `buffer` starting at `offset_bytes`."""
+
+    @abstractmethod
+    def read(self, buffer, offset_bytes, host_out_array):
+        """Fill the contiguous writable `host_out_array` from `buffer` starting at `offset_bytes`."""
+
+    @abstractmethod
+    def fill_zero(self, buffer):
+        """Set every byte of `buffer` to zero."""
+
+    @abstractmethod
+    def build(self, source, kernel_names) -> dict:
+        """Compile `source` (prelude included) and return {name: Kernel} for `kernel_names`."""
+
+    @abstractmethod
+    def launch(self, kernel, global_size, local_size, args):
+        """Run `kernel` on `global_size` work-items per dimension in groups of `local_size`.
+
+        `args` are DeviceBuffers or NumPy scalars (np.int32, np.uint32, np.float32) in the order of
+        the kernel's parameters.
+        """
+
+    @abstractmethod
+    def synchronize(self):
+        """Wait until every queued launch has finished."""
+
+    @abstractmethod
+    def close(self):
+        """Release the device context; the runtime is unusable afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name} on {self.device_name!r}>"
+
+
+def check_copy(buffer, offset_bytes, host_array, writable):
+    """Validate a copy between `buffer` and `host_array` before handing it to a driver, which
+    would otherwise corrupt memory or fail with an opaque status code."""
+    if not isinstance(buffer, DeviceBuffer):
+        raise TypeError(f"expected a DeviceBuffer, got {type(buffer).__name__}")
+    if not isinstance(host_array, np.ndarray):
+        raise TypeError(f"expected a numpy array, got {type(host_array).__name__}")
+    if not host_array.flags.c_contiguous:
+        raise ValueError("host array must be C-contiguous (use np.ascontiguousarray)")
+    if writable and not host_array.flags.writeable:
+        raise ValueError("host output array is read-only")
+    if offset_bytes < 0 or offset_bytes + host_array.nbytes > buffer.nbytes:
+        raise ValueError(f"copy of {host_array.nbytes} bytes at offset {offset_bytes} does not fit "
+                         f"in a buffer of {buffer.nbytes} bytes")
+
+
+def check_launch(global_size, local_size, args):
+    """Validate launch geometry and arguments; returns (global_size, local_size) as int tuples."""
+    global_size = tuple(int(g) for g in global_size)
+    local_size = tuple(int(s) for s in local_size)
+    if not 1 <= len(global_size) <= 3 or len(global_size) != len(local_size):
+        raise ValueError(f"global_size {global_size} and local_size {local_size} must have the "
+                         f"same number (1 to 3) of dimensions")
+    for g, s in zip(global_size, local_size):
+        if s <= 0 or g <= 0 or g % s:
+            raise ValueError(f"global_size {global_size} must be a positive multiple of "
+                             f"local_size {local_size} in every dimension")
+    for i, arg in enumerate(args):
+        if not isinstance(arg, (DeviceBuffer, np.int32, np.uint32, np.float32)):
+            raise TypeError(f"kernel argument {i} is {type(arg).__name__}; expected a DeviceBuffer "
+                            f"or np.int32 / np.uint32 / np.float32")
+    return global_size, local_size

@@ -1,0 +1,94 @@
+"""CUDA runtime through PyCUDA, for NVIDIA GPUs.
+
+PyCUDA is imported when the runtime is created, never at module import, so machines without it
+(or without a driver) can still import ngnn and use the OpenCL runtime.
+"""
+from .base import DeviceBuffer, Kernel, Runtime, check_copy, check_launch, numbered_source
+from .cache import CompileCache
+
+
+class CUDARuntime(Runtime):
+    name = "cuda"
+    dialect = "cuda"
+
+    def __init__(self, device_index=0, cache=None, options=()):
+        import pycuda.driver as drv
+        self._drv = drv
+        drv.init()
+        if drv.Device.count() <= device_index:
+            raise RuntimeError(f"CUDA device {device_index} not found "
+                               f"({drv.Device.count()} device(s) present)")
+        device = drv.Device(device_index)
+        self.device_name = device.name()
+        major, minor = device.compute_capability()
+        self.arch = f"sm_{major}{minor}"
+        self.options = list(options)
+        # make_context also makes the context current on this thread, where every call runs.
+        self._context = device.make_context()
+        self._stream = drv.Stream()
+        self.cache = cache if cache is not None else CompileCache()
+
+    def alloc(self, nbytes):
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        # cuMemAlloc rejects zero bytes; empty tensors still need a pointer to pass to kernels.
+        return DeviceBuffer(nbytes, self._drv.mem_alloc(max(1, nbytes)))
+
+    def write(self, buffer, offset_bytes, host_array):
+        check_copy(buffer, offset_bytes, host_array, writable=False)
+        if host_array.nbytes:
+            # Kernels queued on our stream may still read this memory: let them finish first.
+            self._stream.synchronize()
+            self._drv.memcpy_htod(int(buffer.handle) + offset_bytes, host_array)
+
+    def read(self, buffer, offset_bytes, host_out_array):
+        check_copy(buffer, offset_bytes, host_out_array, writable=True)
+        if host_out_array.nbytes:
+            self._stream.synchronize()
+            self._drv.memcpy_dtoh(host_out_array, int(buffer.handle) + offset_bytes)
+
+    def fill_zero(self, buffer):
+        self._stream.synchronize()
+        self._drv.memset_d8(int(buffer.handle), 0, max(1, buffer.nbytes))
+
+    def build(self, source, kernel_names):
+        from pycuda.compiler import compile as nvcc_compile
+        key = self.cache.key("cuda", self.device_name, self.arch, " ".join(self.options), source)
+        cubin = self.cache.get(key)
+        if cubin is None:
+            try:
+                # no_extern_c: the prelude's KERNEL macro already declares kernels extern "C".
+                # cache_dir=False: PyCUDA's own cache would duplicate ours.
+                cubin = nvcc_compile(source, options=self.options, no_extern_c=True,
+                                     arch=self.arch, cache_dir=False)
+            except self._drv.CompileError as err:
+                raise RuntimeError(f"CUDA build failed for {self.arch}:\n{err}\n"
+                                   f"--- source ---\n{numbered_source(source)}") from None
+            self.cache.put(key, cubin)
+        module = self._drv.module_from_buffer(cubin)
+        kernels = {}
+        for name in kernel_names:
+            try:
+                kernels[name] = Kernel(name, module.get_function(name))
+            except self._drv.LogicError:
+                raise RuntimeError(f"kernel {name!r} is not defined in the built source") from None
+        return kernels
+
+    def launch(self, kernel, global_size, local_size, args):
+        global_size, local_size = check_launch(global_size, local_size, args)
+        pad = (1,) * (3 - len(local_size))
+        block = local_size + pad
+        grid = tuple(g // s for g, s in zip(global_size, local_size)) + pad
+        native = [a.handle if isinstance(a, DeviceBuffer) else a for a in args]
+        kernel.handle(*native, block=block, grid=grid, stream=self._stream)
+
+    def synchronize(self):
+        self._stream.synchronize()
+
+    def close(self):
+        if self._context is not None:
+            self._stream.synchronize()
+            # detach pops the context if it is current and destroys it once unreferenced.
+            self._context.detach()
+            self._context = None

@@ -1,0 +1,107 @@
+"""OpenCL runtime through PyOpenCL: any OpenCL 1.2 device, including PoCL on a CPU."""
+import numpy as np
+
+from .base import DeviceBuffer, Kernel, Runtime, check_copy, check_launch, numbered_source
+from .cache import CompileCache
+
+BUILD_OPTIONS = ("-cl-std=CL1.2",)
+
+
+def _all_devices(cl):
+    return [dev for platform in cl.get_platforms() for dev in platform.get_devices()]
+
+
+def pick_device(cl):
+    """A GPU if there is one (it is what OpenCL is for), else the first device of any type."""
+    devices = _all_devices(cl)
+    if not devices:
+        raise RuntimeError("OpenCL found no devices; install an ICD such as Debian's pocl-opencl-icd")
+    gpus = [dev for dev in devices if dev.type & cl.device_type.GPU]
+    return (gpus or devices)[0]
+
+
+class OpenCLRuntime(Runtime):
+    name = "opencl"
+    dialect = "opencl"
+
+    def __init__(self, device=None, cache=None):
+        import pyopencl as cl
+        self._cl = cl
+        self._device = device if device is not None else pick_device(cl)
+        self.device_name = self._device.name.strip()
+        self._context = cl.Context([self._device])
+        # In-order queue: launches and copies run in submission order, as the transformer assumes.
+        self._queue = cl.CommandQueue(self._context, self._device)
+        self.cache = cache if cache is not None else CompileCache()
+
+    def alloc(self, nbytes):
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        # OpenCL rejects zero-sized buffers; empty tensors still need a handle to pass to kernels.
+        handle = self._cl.Buffer(self._context, self._cl.mem_flags.READ_WRITE, size=max(1, nbytes))
+        return DeviceBuffer(nbytes, handle)
+
+    def write(self, buffer, offset_bytes, host_array):
+        check_copy(buffer, offset_bytes, host_array, writable=False)
+        if host_array.nbytes:
+            self._cl.enqueue_copy(self._queue, buffer.handle, host_array,
+                                  dst_offset=offset_bytes, is_blocking=True)
+
+    def read(self, buffer, offset_bytes, host_out_array):
+        check_copy(buffer, offset_bytes, host_out_array, writable=True)
+        if host_out_array.nbytes:
+            self._cl.enqueue_copy(self._queue, host_out_array, buffer.handle,
+                                  src_offset=offset_bytes, is_blocking=True)
+
+    def fill_zero(self, buffer):
+        self._cl.enqueue_fill_buffer(self._queue, buffer.handle, np.uint8(0), 0,
+                                     max(1, buffer.nbytes)).wait()
+
+    def _cache_key(self, source, options):
+        dev = self._device
+        return self.cache.key("opencl", dev.platform.name, dev.platform.version, dev.name,
+                              dev.driver_version, " ".join(options), source)
+
+    def build(self, source, kernel_names, options=BUILD_OPTIONS):
+        cl = self._cl
+        options = list(options)
+        key = self._cache_key(source, options)
+        binary = self.cache.get(key)
+        program = None
+        if binary is not None:
+            try:
+                program = cl.Program(self._context, [self._device], [binary]).build(options=options)
+            except cl.Error:
+                # A binary the driver no longer accepts is rebuilt from source and replaced below.
+                program = None
+        if program is None:
+            try:
+                # cache_dir=False: PyOpenCL's own cache would duplicate ours.
+                program = cl.Program(self._context, source).build(options=options, cache_dir=False)
+            except cl.Error as err:
+                raise RuntimeError(f"OpenCL build failed on {self.device_name}:\n{err}\n"
+                                   f"--- source ---\n{numbered_source(source)}") from None
+            self.cache.put(key, program.get_info(cl.program_info.BINARIES)[0])
+        kernels = {}
+        for name in kernel_names:
+            try:
+                kernels[name] = Kernel(name, cl.Kernel(program, name))
+            except cl.Error:
+                raise RuntimeError(f"kernel {name!r} is not defined in the built source") from None
+        return kernels
+
+    def launch(self, kernel, global_size, local_size, args):
+        global_size, local_size = check_launch(global_size, local_size, args)
+        native = [a.handle if isinstance(a, DeviceBuffer) else a for a in args]
+        kernel.handle.set_args(*native)
+        self._cl.enqueue_nd_range_kernel(self._queue, kernel.handle, global_size, local_size)
+
+    def synchronize(self):
+        self._queue.finish()
+
+    def close(self):
+        if self._queue is not None:
+            self._queue.finish()
+            self._queue = None
+            self._context = None

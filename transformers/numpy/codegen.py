@@ -1,0 +1,87 @@
+"""NumPyCodeGenerator: one op -> NumPy/SciPy statements writing into `out`.
+
+Most ops are rendered from their `numpy` template (ngnn.op_graph); ops whose code needs
+more than a template have a `generate_op` method here, chosen by op type.
+"""
+import numpy as np
+
+from ngnn.dispatch import TypeDispatched, on_type
+from ngnn.op_graph import (Aggregate, Concat, DropoutMask, EdgeSoftmax, Gather, LogSoftmax, Op,
+                           OneHot, Softmax)
+from ngnn.op_graph.layout import format_index
+
+generate_op = on_type
+
+
+def template_fields(op, out, args):
+    """What an op's `numpy` template may mention: {out}, {x}, {y}, {xs} and attributes."""
+    fields = {"out": out, "xs": ", ".join(args), "shape": op.shape}
+    fields.update(zip(("x", "y"), args))
+    for key in ("axes", "axis", "key"):
+        if hasattr(op, key):
+            value = getattr(op, key)
+            fields[key] = format_index(value) if key == "key" else value
+    return fields
+
+
+class NumPyCodeGenerator(TypeDispatched):
+    """`generate_op(op, out, args)` returns the statements computing `op` into the array
+    named `out` from arrays named `args`. `refs(kind, obj)` names module-level objects
+    (graphs) the statements use."""
+
+    def __init__(self, refs):
+        self.refs = refs
+
+    @generate_op.on_type(Op)
+    def generate_op(self, op, out, args):
+        if op.numpy is None:
+            raise TypeError(f"the NumPy transformer cannot compute {type(op).__name__}")
+        return op.numpy.format(**template_fields(op, out, args)).split("\n")
+
+    @generate_op.on_type(Concat)
+    def generate_op(self, op, out, args):
+        return [f"np.concatenate([{', '.join(args)}], axis={op.axis}, out={out})"]
+
+    @generate_op.on_type(Softmax)
+    def generate_op(self, op, out, args):
+        return [f"K.softmax({args[0]}, axis={op.axis}, out={out})"]
+
+    @generate_op.on_type(LogSoftmax)
+    def generate_op(self, op, out, args):
+        return [f"K.log_softmax({args[0]}, axis={op.axis}, out={out})"]
+
+    @generate_op.on_type(DropoutMask)
+    def generate_op(self, op, out, args):
+        return [f"K.dropout_mask(seed={op.seed}, step=step, rate={op.rate!r}, out={out})"]
+
+    @generate_op.on_type(OneHot)
+    def generate_op(self, op, out, args):
+        return [f"K.one_hot({args[0]}, out={out})"]
+
+    @generate_op.on_type(Gather)
+    def generate_op(self, op, out, args):
+        g = self.refs("graph", op.graph)
+        return [f"np.take({args[0]}, {g}.{op.by}, axis=0, out={out})"]
+
+    @generate_op.on_type(Aggregate)
+    def generate_op(self, op, out, args):
+        g = self.refs("graph", op.graph)
+        if op.reduce in ("sum", "mean"):
+            return [f"K.aggregate_{op.reduce}({g}, {args[0]}, at={op.at!r}, out={out})"]
+        return [f"K.aggregate_extreme({g}, {args[0]}, at={op.at!r}, "
+                f"reduce={op.reduce!r}, out={out})"]
+
+    @generate_op.on_type(EdgeSoftmax)
+    def generate_op(self, op, out, args):
+        g = self.refs("graph", op.graph)
+        return [f"K.edge_softmax({g}, {args[0]}, at={op.at!r}, out={out})"]
+
+
+def literal(value, dtype):
+    """A scalar as source text that keeps its dtype (np.float32(0.5), not 0.5)."""
+    value = np.asarray(value, dtype=dtype).item()
+    if dtype == np.bool_:
+        return f"np.bool_({value})"
+    if isinstance(value, float) and not np.isfinite(value):
+        return f"np.{dtype.name}({str(value)!r})"
+    return f"np.{np.dtype(dtype).name}({value!r})"

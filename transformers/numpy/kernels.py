@@ -1,0 +1,125 @@
+"""Helpers the generated NumPy modules call (`K.` in `comp.source`).
+
+Every one is vectorized: aggregations are SciPy sparse products or segment reductions
+over the CSR order, never a Python loop over nodes or edges.
+"""
+import numpy as np
+import scipy.sparse
+import scipy.special
+
+from ngnn import philox
+
+try:   # SciPy's kernel for CSR @ dense that accumulates into a given output
+    from scipy.sparse._sparsetools import csr_matvecs
+except ImportError:        # pragma: no cover - other SciPy layouts
+    csr_matvecs = None
+
+
+def view(buffer, shape, dtype):
+    """A tensor at offset 0 of a shared uint8 buffer."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return buffer[:nbytes].view(dtype).reshape(shape)
+
+
+def spmm(matrix, x, out):
+    """out = matrix @ x for a CSR matrix, written into `out` (no temporary result)."""
+    width = int(np.prod(x.shape[1:], dtype=np.int64))
+    cols = np.ascontiguousarray(x, dtype=matrix.dtype).reshape(x.shape[0], width)
+    if csr_matvecs is None or not out.flags.c_contiguous:
+        np.copyto(out, (matrix @ cols).reshape(out.shape))
+        return out
+    out.fill(0)
+    csr_matvecs(matrix.shape[0], matrix.shape[1], width, matrix.indptr, matrix.indices,
+                matrix.data, cols.ravel(), out.reshape(-1))
+    return out
+
+
+def incidence(graph, at, dtype):
+    """(N, E) CSR with a 1 at (end of edge e, e), in the dtype of the values it sums."""
+    cache = graph.__dict__.setdefault("_ngnn_incidence", {})
+    key = (at, np.dtype(dtype).str)
+    if key not in cache:
+        cache[key] = graph.incidence(at).astype(dtype)
+    return cache[key]
+
+
+def aggregate_sum(graph, x, at, out):
+    return spmm(incidence(graph, at, out.dtype), x, out)
+
+
+def aggregate_mean(graph, x, at, out):
+    aggregate_sum(graph, x, at, out)
+    degrees = graph.in_degrees if at == "dst" else graph.out_degrees
+    out /= np.maximum(degrees, 1).reshape((-1,) + (1,) * (out.ndim - 1)).astype(out.dtype)
+    return out
+
+
+def _csr_order(graph, at):
+    if at == "dst":
+        return graph.in_indptr, graph.in_eids
+    return graph.out_indptr, graph.out_eids
+
+
+def aggregate_extreme(graph, x, at, reduce, out):
+    """Segment max/min over each vertex's edges; vertices with no edges get 0."""
+    indptr, eids = _csr_order(graph, at)
+    out.fill(0)
+    counts = np.diff(indptr)
+    nonempty = counts > 0
+    if nonempty.any():
+        ufunc = np.maximum if reduce == "max" else np.minimum
+        out[nonempty] = ufunc.reduceat(x[eids], indptr[:-1][nonempty], axis=0)
+    return out
+
+
+def edge_softmax(graph, x, at, out):
+    """exp(x - max) / sum(exp(x - max)) over each vertex's edges, stably."""
+    indptr, eids = _csr_order(graph, at)
+    ends = graph.dst if at == "dst" else graph.src
+    n = graph.num_nodes
+    peak = np.zeros((n,) + x.shape[1:], dtype=x.dtype)
+    counts = np.diff(indptr)
+    nonempty = counts > 0
+    if nonempty.any():
+        peak[nonempty] = np.maximum.reduceat(x[eids], indptr[:-1][nonempty], axis=0)
+    np.subtract(x, peak[ends], out=out)
+    np.exp(out, out=out)
+    total = np.empty_like(peak)
+    aggregate_sum(graph, out, at, total)
+    out /= total[ends]
+    return out
+
+
+def softmax(x, axis, out):
+    np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
+    np.exp(out, out=out)
+    out /= np.sum(out, axis=axis, keepdims=True)
+    return out
+
+
+def log_softmax(x, axis, out):
+    np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
+    out -= np.log(np.sum(np.exp(out), axis=axis, keepdims=True))
+    return out
+
+
+def dropout_mask(seed, step, rate, out):
+    """keep / (1 - rate), keep = u >= rate, u from Philox at counters step*size + i."""
+    u = philox.uniform(seed, step * out.size, out.size).reshape(out.shape)
+    np.greater_equal(u, rate, out=out, casting="unsafe")
+    out *= out.dtype.type(1.0 / (1.0 - rate))
+    return out
+
+
+def one_hot(labels, out):
+    classes = out.shape[-1]
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        bad = labels[(labels < 0) | (labels >= classes)][0]
+        raise ValueError(f"one_hot: class id {bad} is outside [0, {classes})")
+    np.equal(labels[..., None], np.arange(classes), out=out, casting="unsafe")
+    return out
+
+
+__all__ = ["view", "spmm", "aggregate_sum", "aggregate_mean", "aggregate_extreme",
+           "edge_softmax", "softmax", "log_softmax", "dropout_mask", "one_hot", "scipy"]
