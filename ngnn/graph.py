@@ -34,7 +34,7 @@ def _as_ids(values, name):
         if fractional.size:
             i = fractional[0]
             raise ValueError(
-                f"{name} must hold integer node ids, but {name}[{i}] = {array[i]!r} is not a whole number")
+                f"{name} must hold integer node ids, but {name}[{i}] = {array[i]} is not a whole number")
         return array.astype(np.int64)
     if kind == "u":
         if array.size and array.max() > np.iinfo(np.int64).max:
@@ -54,6 +54,13 @@ def _check_range(ids, name, num_nodes):
         raise ValueError(
             f"{name}[{i}] = {ids[i]} is out of range [0, {num_nodes}) "
             f"({bad.size} out-of-range id(s) in {name})")
+
+
+def _inverse(permutation):
+    """``inverse[permutation[p]] = p``: where each edge id sits in a CSR order."""
+    inverse = np.empty_like(permutation)
+    inverse[permutation] = np.arange(permutation.shape[0], dtype=permutation.dtype)
+    return inverse
 
 
 def _grouped(keys, num_nodes):
@@ -80,7 +87,8 @@ class Graph:
             raise ValueError(
                 f"src and dst must have the same length, got {src.shape[0]} and {dst.shape[0]}")
         if num_nodes is None:
-            num_nodes = int(max(src.max(), dst.max())) + 1 if src.size else 0
+            # Clamped at 0 so that all-negative ids are reported as out of range, not as a bad count.
+            num_nodes = max(int(max(src.max(), dst.max())) + 1, 0) if src.size else 0
         elif isinstance(num_nodes, bool) or not isinstance(num_nodes, numbers.Integral):
             raise ValueError(f"num_nodes must be an int, got {num_nodes!r}")
         num_nodes = int(num_nodes)
@@ -138,31 +146,28 @@ class Graph:
         import networkx as nx
 
         nodes = list(graph.nodes())
-        coo = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight=None, format="coo")
-        # With weight=None each entry counts the parallel edges between its two vertices.
-        counts = coo.data.astype(np.int64)
-        order = np.lexsort((coo.col, coo.row))
-        src = np.repeat(coo.row[order].astype(np.int64), counts[order])
-        dst = np.repeat(coo.col[order].astype(np.int64), counts[order])
+        if not nodes:
+            return cls([], [], 0)
+        matrix = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight=None, format="csr")
+        # Converting to CSR merged networkx's uncombined entries; with weight=None each entry now
+        # counts the parallel edges between its two vertices.
+        matrix.sum_duplicates()
+        matrix.eliminate_zeros()
+        counts = matrix.data.astype(np.int64)
+        rows = np.repeat(np.arange(len(nodes), dtype=np.int64), np.diff(matrix.indptr))
+        src = np.repeat(rows, counts)
+        dst = np.repeat(matrix.indices.astype(np.int64), counts)
         return cls(src, dst, len(nodes))
-
-    @functools.cached_property
-    def out_to_in(self):
-        """For position ``p`` in out-CSR order, the position of the same edge in in-CSR order."""
-        return _readonly(self._in_position[self.out_eids])
 
     @functools.cached_property
     def in_to_out(self):
         """For position ``p`` in in-CSR order, the position of the same edge in out-CSR order."""
-        out_position = np.empty(self.num_edges, dtype=np.int64)
-        out_position[self.out_eids] = np.arange(self.num_edges, dtype=np.int64)
-        return _readonly(out_position[self.in_eids])
+        return _readonly(_inverse(self.out_eids)[self.in_eids])
 
     @functools.cached_property
-    def _in_position(self):
-        position = np.empty(self.num_edges, dtype=np.int64)
-        position[self.in_eids] = np.arange(self.num_edges, dtype=np.int64)
-        return position
+    def out_to_in(self):
+        """For position ``p`` in out-CSR order, the position of the same edge in in-CSR order."""
+        return _readonly(_inverse(self.in_eids)[self.out_eids])
 
     def incidence(self, at="dst", dtype=np.float32):
         """Cached (N, E) CSR matrix with a 1 at (dst[e], e) (``at="dst"``) or (src[e], e) (``at="src"``).

@@ -68,9 +68,18 @@ def uniform(seed, counter_start, n, stream=0):
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
     # uint64 addition wraps mod 2**64, matching the device's 64-bit counter with carry.
-    counters = np.uint64(counter_start) + np.arange(n, dtype=np.uint64)
+    return uniform_at(seed, np.uint64(counter_start) + np.arange(n, dtype=np.uint64), stream)
+
+
+def uniform_at(seed, counters, stream=0):
+    """Like `uniform`, for any array of 64-bit counters (a fused kernel draws the numbers of
+    one block of a tensor: counters = base + the flat indices of its elements)."""
+    seed = _check_range("seed", seed, 64)
+    stream = _check_range("stream", stream, 32)
+    counters = np.asarray(counters, dtype=np.uint64)
     lo = (counters & np.uint64(MASK32)).astype(np.uint32)
     hi = (counters >> np.uint64(32)).astype(np.uint32)
-    words = philox4x32_10((lo, hi, np.full(n, stream, np.uint32), np.zeros(n, np.uint32)),
+    zeros = np.zeros(counters.shape, np.uint32)
+    words = philox4x32_10((lo, hi, zeros + np.uint32(stream), zeros),
                           (seed & MASK32, seed >> 32))
     return ((words[0] >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)).astype(np.float32)

@@ -97,6 +97,8 @@ class Computation:
             self._record(type(graph_pass).__name__)
         self.ordered_ops = ordered_ops(self.results)
         self._check_parameters()
+        self.steps = list(self.ordered_ops)     # ops and fused groups, in execution order
+        self.fusion_groups = []
         for late_pass in self.transformer.late_passes():
             late_pass.do_pass(self)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
@@ -119,9 +121,8 @@ class Computation:
                                  "argument of another op")
 
     # ---- inspection ----------------------------------------------------------------------
-    def _format_ir(self, ops, annotate=None):
-        return format_ir(self.name, ops, self.results, self.parameters, annotate=annotate,
-                         names=IRNames())
+    def _format_ir(self, steps):
+        return format_ir(self.name, steps, self.results, self.parameters, names=IRNames())
 
     @property
     def ir(self):
@@ -189,14 +190,16 @@ def check_argument(placeholder, value, check_finite):
 
 class Transformer:
     """Options: passes=[...] appended to the pipeline; fusion=False turns fusion off;
-    check_finite=False skips the NaN/Inf check of arguments."""
+    recompute=False stores every edge value the backward needs instead of recomputing it
+    inside fused groups; check_finite=False skips the NaN/Inf check of arguments."""
 
     name = None
     computation_class = Computation
 
-    def __init__(self, passes=None, fusion=True, check_finite=True, **options):
+    def __init__(self, passes=None, fusion=True, recompute=True, check_finite=True, **options):
         self.user_passes = list(passes or [])
         self.fusion = fusion
+        self.recompute = recompute
         self.check_finite = check_finite
         self.options = options
         self.computations = []
@@ -211,8 +214,9 @@ class Transformer:
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""
-        from ngnn.passes import BufferSharing
-        return [BufferSharing()]
+        from ngnn.passes import BufferSharing, Fusion
+        fusion = [Fusion(recompute=self.recompute)] if self.fusion else []
+        return fusion + [BufferSharing()]
 
     def computation(self, results, *parameters, name=None):
         if self.closed:
@@ -256,7 +260,7 @@ class Transformer:
         return True
 
     def format_ir(self, computation):
-        return computation._format_ir(computation.ordered_ops)
+        return computation._format_ir(computation.steps)
 
     def allocate_variable(self, variable):
         raise TypeError(f"{type(self).__name__} must implement allocate_variable()")

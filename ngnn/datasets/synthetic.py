@@ -62,7 +62,7 @@ def _rmat_edges(num_nodes, num_edges, rng):
         s = np.zeros(todo, dtype=np.int64)
         d = np.zeros(todo, dtype=np.int64)
         for bit in range(bits):
-            u = rng.random(todo)
+            u = rng.random(todo, dtype=np.float32)
             s |= (u >= a + b).astype(np.int64) << bit
             d |= (((u >= a) & (u < a + b)) | (u >= a + b + c)).astype(np.int64) << bit
         ok = (s < num_nodes) & (d < num_nodes)

@@ -5,7 +5,7 @@
 Type scopes and operator kinds are printed when the computation has graph values; node
 and edge axes print as N and E.
 """
-from .op import Constant, Placeholder, Variable
+from .op import Constant, Op, Placeholder, Variable
 from .scopes import printed_scope
 
 
@@ -70,24 +70,34 @@ def op_line(op, names, show_scope, indent="    "):
     return f"{indent}{names[op]} : {type_text(op, show_scope)} = {prefix}{name}({', '.join(args)})"
 
 
-def format_ir(title, ops, results, parameters, annotate=None, names=None):
-    """`annotate(op, names)` may return a list of lines to print instead of op's line
-    (fusion prints a group's call there) or [] to hide it."""
+def format_ir(title, steps, results, parameters, names=None):
+    """The graph as SSA text. `steps` are ops and fused groups (anything with `ops`,
+    `inputs`, `outputs` and `name`); a group prints as a call, its body after the graph."""
     names = names or IRNames()
+    groups = [s for s in steps if not isinstance(s, Op)]
+    ops = [s for s in steps if isinstance(s, Op)] + [op for g in groups for op in g.ops]
     show_scope = any(op.scope is not None for op in ops)
     params = ", ".join(f"{names[p]} : {type_text(p, show_scope)}" for p in parameters)
     lines = [f"graph {title}({params}):"]
-    for op in ops:
-        if isinstance(op, Placeholder):
+    for step in steps:
+        if isinstance(step, Placeholder):
             continue
-        custom = annotate(op, names) if annotate else None
-        if custom is not None:
-            lines.extend(custom)
-        elif isinstance(op, Variable):
-            lines.append(f"    {names[op]} : {type_text(op, show_scope)} = prim::variable()"
-                         if show_scope else f"    {names[op]} : {type_text(op, False)} = variable()")
+        if not isinstance(step, Op):
+            outs = ", ".join(f"{names[o]} : {type_text(o, show_scope)}" for o in step.outputs)
+            lines.append(f"    {outs} = {step.name}({', '.join(names[i] for i in step.inputs)})")
+        elif isinstance(step, Variable):
+            prefix = "prim::" if show_scope else ""
+            lines.append(f"    {names[step]} : {type_text(step, show_scope)} = {prefix}variable()")
         else:
-            lines.append(op_line(op, names, show_scope))
+            lines.append(op_line(step, names, show_scope))
     lines.append("    return " + ", ".join(names[r] for r in results))
+    for g in groups:
+        params = ", ".join(f"{names[i]} : {type_text(i, show_scope)}" for i in g.inputs)
+        lines += ["", f"{g.name}({params}):  # over {g.at} ends, blocks of the CSR"]
+        recomputed = set(g.recomputed)
+        for op in g.ops:
+            note = "  # recomputed" if op in recomputed else \
+                "  # materialized" if op in g.outputs and op.scope == "e" else ""
+            lines.append(op_line(op, names, show_scope) + note)
+        lines.append("    return " + ", ".join(names[o] for o in g.outputs))
     return "\n".join(lines)
-

@@ -2,6 +2,7 @@
 overlap, and element-wise ops written in place over an argument that dies with them."""
 from ..op_graph import Assign, ElementWise
 from .base import GraphPass
+from .fusion import FusedGroup
 
 
 class MemoryPlan:
@@ -33,35 +34,42 @@ class BufferSharing(GraphPass):
     argument (no storage) and which need no intermediate storage at all."""
 
     def do_pass(self, computation):
-        computation.memory_plan = plan_memory(computation.ordered_ops, computation.results,
+        computation.memory_plan = plan_memory(computation.steps, computation.results,
                                               computation.transformer)
 
 
-def plan_memory(ops, results, transformer):
+def reads_writes(step, transformer):
+    """(ops read, ops written to fresh storage) by one step: an op or a fused group."""
+    if isinstance(step, FusedGroup):
+        return step.inputs, step.outputs
+    return step.args, [step] if transformer.needs_storage(step) else []
+
+
+def plan_memory(steps, results, transformer):
     plan = MemoryPlan()
     root = {}
 
     def root_of(op):
         return root.get(op, op)
 
-    for op in ops:
-        if transformer.is_view(op):
-            root[op] = root_of(op.args[0])
-        elif isinstance(op, Assign):
-            root[op] = root_of(op.args[0])
-    end = len(ops)
+    for step in steps:
+        if not isinstance(step, FusedGroup) and (transformer.is_view(step) or
+                                                 isinstance(step, Assign)):
+            root[step] = root_of(step.args[0])
+    end = len(steps)
     last_use = {}
-    for i, op in enumerate(ops):
-        for arg in op.args:
-            last_use[root_of(arg)] = end if isinstance(op, Assign) else i
+    for i, step in enumerate(steps):
+        for arg in reads_writes(step, transformer)[0]:
+            last_use[root_of(arg)] = end if isinstance(step, Assign) else i
     for r in results:
         last_use[root_of(r.forwarded)] = end
 
     free = []                      # buffer indices not holding a live tensor
     holder = {}                    # buffer index -> root op living in it
-    for i, op in enumerate(ops):
-        if transformer.needs_storage(op):
-            slot = _inplace_slot(op, i, plan, root_of, last_use, transformer)
+    for i, step in enumerate(steps):
+        for op in reads_writes(step, transformer)[1]:
+            slot = None if isinstance(step, FusedGroup) else \
+                _inplace_slot(op, i, plan, root_of, last_use, transformer)
             if slot is not None:
                 plan.inplace.add(op)
             else:

@@ -66,7 +66,7 @@ class SimplePrune(PeepholeGraphPass):
                 op.size > FOLD_LIMIT or not all(_is_constant(a) for a in op.args):
             return
         from ..transformers.numpy.evaluate import evaluate
-        self.replace_op(op, Constant(evaluate(op, [_value(a) for a in op.args])))
+        self.replace_op(op, Constant(evaluate(op, [_value(a) for a in op.args]), dtype=op.dtype))
 
 
 def _is_constant(op):

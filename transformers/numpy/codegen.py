@@ -13,9 +13,9 @@ from ngnn.op_graph.layout import format_index
 generate_op = on_type
 
 
-def template_fields(op, out, args):
+def template_fields(op, out, args, shape=None):
     """What an op's `numpy` template may mention: {out}, {x}, {y}, {xs} and attributes."""
-    fields = {"out": out, "xs": ", ".join(args), "shape": op.shape}
+    fields = {"out": out, "xs": ", ".join(args), "shape": shape or op.shape}
     fields.update(zip(("x", "y"), args))
     for key in ("axes", "axis", "key"):
         if hasattr(op, key):
@@ -33,10 +33,16 @@ class NumPyCodeGenerator(TypeDispatched):
         self.refs = refs
 
     @generate_op.on_type(Op)
-    def generate_op(self, op, out, args):
+    def generate_op(self, op, out, args, shape=None):
+        """`shape` replaces op.shape in the template (a fused block has fewer rows)."""
         if op.numpy is None:
             raise TypeError(f"the NumPy transformer cannot compute {type(op).__name__}")
-        return op.numpy.format(**template_fields(op, out, args)).split("\n")
+        return op.numpy.format(**template_fields(op, out, args, shape)).split("\n")
+
+    @staticmethod
+    def is_view_template(op):
+        """Templates that bind `out` to a view instead of writing into it."""
+        return op.numpy is not None and op.numpy.startswith("{out} = ")
 
     @generate_op.on_type(Concat)
     def generate_op(self, op, out, args):

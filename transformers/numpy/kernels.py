@@ -4,8 +4,6 @@ Every one is vectorized: aggregations are SciPy sparse products or segment reduc
 over the CSR order, never a Python loop over nodes or edges.
 """
 import numpy as np
-import scipy.sparse
-import scipy.special
 
 from ngnn import philox
 
@@ -106,10 +104,7 @@ def log_softmax(x, axis, out):
 
 def dropout_mask(seed, step, rate, out):
     """keep / (1 - rate), keep = u >= rate, u from Philox at counters step*size + i."""
-    u = philox.uniform(seed, step * out.size, out.size).reshape(out.shape)
-    np.greater_equal(u, rate, out=out, casting="unsafe")
-    out *= out.dtype.type(1.0 / (1.0 - rate))
-    return out
+    return _mask(philox.uniform(seed, step * out.size, out.size), rate, out)
 
 
 def one_hot(labels, out):
@@ -121,5 +116,66 @@ def one_hot(labels, out):
     return out
 
 
-__all__ = ["view", "spmm", "aggregate_sum", "aggregate_mean", "aggregate_extreme",
-           "edge_softmax", "softmax", "log_softmax", "dropout_mask", "one_hot", "scipy"]
+
+
+# ---- fused groups: one block of vertices (a CSR slice) at a time ---------------------------
+
+def blocks(graph, at, max_edges):
+    """(v0, v1, p0, p1) vertex ranges whose edges (CSR positions p0:p1) number at most
+    `max_edges`, unless one vertex alone has more."""
+    cache = graph.__dict__.setdefault("_ngnn_blocks", {})
+    key = (at, int(max_edges))
+    if key not in cache:
+        indptr = graph.in_indptr if at == "dst" else graph.out_indptr
+        n = graph.num_nodes
+        starts = [0]
+        while starts[-1] < n:        # one iteration per block, each a binary search
+            v0 = starts[-1]
+            v1 = int(np.searchsorted(indptr, indptr[v0] + max_edges, side="right")) - 1
+            starts.append(min(max(v1, v0 + 1), n))
+        cache[key] = [(v0, v1, int(indptr[v0]), int(indptr[v1]))
+                      for v0, v1 in zip(starts[:-1], starts[1:])]
+    return cache[key]
+
+
+def segment_ids(seg, v0):
+    """The vertex of each edge of a block, from the block's local indptr."""
+    return np.repeat(np.arange(v0, v0 + len(seg) - 1), np.diff(seg))
+
+
+def segment_reduce(values, seg, reduce, out):
+    """Reduce each segment of sorted edge rows; empty segments give 0."""
+    counts = np.diff(seg)
+    nonempty = counts > 0
+    out.fill(0)
+    if nonempty.any():
+        ufunc = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}[reduce]
+        out[nonempty] = ufunc.reduceat(values, seg[:-1][nonempty], axis=0)
+        if reduce == "mean":
+            out[nonempty] /= counts[nonempty].reshape((-1,) + (1,) * (out.ndim - 1))
+    return out
+
+
+def segment_softmax(values, seg, ends):
+    """Stable softmax over each segment of sorted edge rows; `ends` maps edge -> vertex."""
+    shape = (len(seg) - 1,) + values.shape[1:]
+    local = ends - (ends[0] if len(ends) else 0)
+    peak = segment_reduce(values, seg, "max", np.empty(shape, values.dtype))
+    out = np.exp(values - peak[local])
+    total = segment_reduce(out, seg, "sum", np.empty(shape, values.dtype))
+    out /= total[local]
+    return out
+
+
+def dropout_mask_rows(seed, step, rate, rows, size, out):
+    """Rows `rows` of the dropout mask of a tensor of `size` elements shaped
+    (rows,) + out.shape[1:]: the numbers `dropout_mask` draws for the whole tensor."""
+    width = int(np.prod(out.shape[1:], dtype=np.int64))
+    flat = rows.astype(np.uint64)[:, None] * np.uint64(width) + np.arange(width, dtype=np.uint64)
+    return _mask(philox.uniform_at(seed, np.uint64(step * size) + flat), rate, out)
+
+
+def _mask(u, rate, out):
+    np.greater_equal(u.reshape(out.shape), rate, out=out, casting="unsafe")
+    out *= out.dtype.type(1.0 / (1.0 - rate))
+    return out

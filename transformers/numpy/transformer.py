@@ -10,11 +10,13 @@ import linecache
 import numpy as np
 
 from ngnn.naming import Namer, sanitize
+from ngnn.passes import FusedGroup
 from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Slice, Transpose,
                            Variable)
 
 from ..base import DeviceBufferStorage, DeviceTensor, Transformer
 from .codegen import NumPyCodeGenerator, literal
+from .fused import DEFAULT_BLOCK_BYTES, FusedGroupWriter
 
 VIEW_OPS = (Reshape, Transpose, Broadcast, Slice)
 
@@ -50,7 +52,8 @@ class NumPyTransformer(Transformer):
         return NumPyDeviceTensor(storage, 0, variable.shape, variable.dtype)
 
     def transform_ordered_ops(self, computation):
-        module = ModuleWriter(computation)
+        module = ModuleWriter(computation, self.options.get('fusion_block_bytes',
+                                                               DEFAULT_BLOCK_BYTES))
         source = module.render()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines.
@@ -71,8 +74,9 @@ class NumPyTransformer(Transformer):
 class ModuleWriter:
     """Renders one computation as a Python module."""
 
-    def __init__(self, computation):
+    def __init__(self, computation, block_bytes):
         self.comp = computation
+        self.block_bytes = block_bytes
         self.plan = computation.memory_plan
         self.names = {}
         self.namer = Namer()
@@ -94,8 +98,11 @@ class ModuleWriter:
         return self.names[op]
 
     def render(self):
-        for op in self.comp.ordered_ops:
-            self.emit(op)
+        for step in self.comp.steps:
+            if isinstance(step, FusedGroup):
+                self.emit_group(step)
+            else:
+                self.emit(step)
         function = self.namer("run_" + self.comp.name)
         params = [self.name_of(p) for p in self.comp.parameters] + ["step"]
         results = [f"{self.name_of(r)}.copy()" for r in self.comp.results]
@@ -112,6 +119,18 @@ class ModuleWriter:
         lines += [f"        return ({', '.join(results)}{',' if len(results) == 1 else ''})",
                   "", f"    return {function}", ""]
         return "\n".join(lines)
+
+    def emit_group(self, group):
+        for op in group.ops:
+            self.name_of(op)
+        for op in group.outputs:
+            self.bind_lines.append(f"{self.name_of(op)} = K.view(buffers[{self.plan.slots[op]}], "
+                                   f"{op.shape}, np.{op.dtype.name})")
+        writer = FusedGroupWriter(group, self.names, self.codegen, self.ref,
+                                  self.block_bytes)
+        function, call = writer.function()
+        self.bind_lines += [""] + function
+        self.body.append(call)
 
     def emit(self, op):
         name = self.name_of(op)

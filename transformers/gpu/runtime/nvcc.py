@@ -30,7 +30,8 @@ def compile_ptx(sources, arch="sm_80", options=(), cache=None):
     Raises RuntimeError with nvcc's messages and the numbered text of each failing source.
     """
     if not nvcc_available():
-        raise RuntimeError("nvcc was not found on PATH; install the CUDA toolkit to compile CUDA kernels")
+        raise RuntimeError("nvcc was not found on PATH; install the CUDA toolkit to compile "
+                           "CUDA kernels")
     cache = cache if cache is not None else CompileCache()
     options = [f"-arch={arch}", *options]
     keys = {name: cache.key("nvcc-ptx", _nvcc_version(), " ".join(options), src)

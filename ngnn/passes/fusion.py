@@ -1,0 +1,328 @@
+"""Fusion (seed 000): edge ops and the aggregations that consume them become fused groups.
+
+Greedy expansion from each edge op over the ordered ops, by the seed's rules:
+  (0) consecutive element-wise ops in the same scope fuse;
+  (1) an aggregation fuses with its upstream edge-scoped element-wise ops (and gathers);
+  (2) an aggregation fuses with its downstream node-scoped element-wise ops.
+A group runs over one end of the edges (destination-parallel over the in-CSR, or
+source-parallel over the out-CSR for aggregations onto sources), so all its aggregations
+and edge softmaxes share that end and graph; a gather of a value made inside the group
+would need every vertex finished first, so it starts a new group. Groups never depend on
+each other in a cycle.
+
+The pass does not rewrite the graph: it records `computation.fusion_groups` and replaces
+the group members in `computation.steps` (the execution order) by the groups.
+"""
+import heapq
+
+from ..op_graph import (Aggregate, Broadcast, DropoutMask, EdgeSoftmax, ElementWise, Gather,
+                        Reduction, Reshape)
+from .base import GraphPass
+
+
+class FusedGroup:
+    """A sub-graph run as one kernel: `ops` in order (recomputed ones included), `inputs`
+    read from outside, `outputs` written for outside (the only edge-sized values stored)."""
+
+    def __init__(self, index, graph, at):
+        self.index = index
+        self.graph, self.at = graph, at
+        self.core = []            # ops computed here and nowhere else
+        self.recomputed = []      # edge ops of other groups computed again here
+        self.inputs, self.outputs = [], []
+        self.merged_into = None
+
+    @property
+    def name(self):
+        return f"fusedGraph{self.index}"
+
+    @property
+    def ops(self):
+        members = set(self.core) | set(self.recomputed)
+        return [op for op in self._order if op in members]
+
+    def __repr__(self):
+        return f"<{self.name} at {self.at}: {len(self.core)} ops>"
+
+
+def edge_role(op, graph_of):
+    """How `op` may take part in a group: "edge", "agg", "node" or None."""
+    if isinstance(op, Gather):
+        return "edge"
+    if isinstance(op, (Aggregate,)):
+        return "agg"
+    if isinstance(op, EdgeSoftmax):
+        return "softmax"
+    row_wise = isinstance(op, (ElementWise, Reshape, Broadcast, DropoutMask)) or \
+        isinstance(op, Reduction) and 0 not in op.axes      # reduces within each row
+    if op.scope == "e" and row_wise and op.shape and graph_of(op) is not None:
+        return "edge"
+    if op.scope == "n" and row_wise and op.shape:
+        return "node"
+    return None
+
+
+class Fusion(GraphPass):
+    """Options: `recompute` (default True) lets a group recompute cheap edge values of other
+    groups instead of reading them from memory; `max_recompute` bounds the ops recomputed
+    for one value."""
+
+    def __init__(self, recompute=True, max_recompute=8):
+        self.recompute = recompute
+        self.max_recompute = max_recompute
+
+    def do_pass(self, computation):
+        ops = computation.ordered_ops
+        groups = form_groups(ops)
+        if self.recompute:
+            for group in groups:
+                add_recompute(group, groups, self.max_recompute)
+        recomputed_only = finish_groups(groups, ops, computation.results)
+        computation.fusion_groups = groups
+        computation.steps = schedule([op for op in ops if op not in recomputed_only], groups)
+
+
+def form_groups(ops):
+    graph_of = _graph_finder(ops)
+    group_of = {}
+    groups = []
+    depends = {}          # op -> set of groups it (transitively) reads from
+
+    def canonical(g):
+        while g.merged_into is not None:
+            g = g.merged_into
+        return g
+
+    def deps(op):
+        return {canonical(g) for g in depends.get(op, ())}
+
+    for op in ops:
+        role = edge_role(op, graph_of)
+        arg_deps = set()
+        for a in op.args:
+            arg_deps |= deps(a)
+            if a in group_of:
+                arg_deps.add(canonical(group_of[a]))
+        depends[op] = arg_deps
+        if role is None:
+            continue
+        graph = graph_of(op)
+        at = getattr(op, "at", None)
+        candidates = []
+        for a in op.args:
+            if a in group_of and _fusable_pair(a, op, role):
+                g = canonical(group_of[a])
+                if g not in candidates:
+                    candidates.append(g)
+        target = None
+        for g in candidates:
+            if target is None:
+                if _compatible(g, graph, at, op, group_of, canonical) and \
+                        not _reaches_through_outside(op, g, group_of, depends, canonical):
+                    target = g
+            elif _compatible(g, target.graph, target.at, op, group_of, canonical) and \
+                    (g.at is None or target.at is None or g.at == target.at) and \
+                    not _reaches_through_outside(op, g, group_of, depends, canonical) and \
+                    g not in _group_deps(target, depends, canonical) and \
+                    target not in _group_deps(g, depends, canonical):
+                _merge(target, g)
+        if target is None:
+            if role == "node":
+                continue            # node ops only join groups an aggregation opened
+            target = FusedGroup(len(groups) + 1, graph, None)
+            groups.append(target)
+        if at is not None and role in ("agg", "softmax"):
+            target.at = target.at or at
+        target.core.append(op)
+        group_of[op] = target
+        depends[op] = {g for g in arg_deps if g is not target}
+    live = [g for g in groups if g.merged_into is None and _worth_fusing(g)]
+    for i, g in enumerate(live, 1):
+        g.index = i
+        g.at = g.at or "dst"
+    return live
+
+
+def _fusable_pair(producer, consumer, role):
+    """Rules (0)-(2): may `consumer` join the group of its argument `producer`?"""
+    if isinstance(consumer, Gather):
+        return False                       # needs the whole node tensor first
+    if role == "node":
+        return producer.scope == "n"       # rule (2): after an aggregation
+    return producer.scope == "e"           # rules (0) and (1)
+
+
+def _compatible(group, graph, at, op, group_of, canonical):
+    if group.graph is not None and graph is not None and group.graph is not graph:
+        return False
+    return not (at is not None and group.at is not None and at != group.at and
+                isinstance(op, (Aggregate, EdgeSoftmax)))
+
+
+def _reaches_through_outside(op, group, group_of, depends, canonical):
+    """Does some argument of `op` that is outside `group` depend on `group`? Then fusing
+    `op` into it would make the group wait on itself."""
+    for a in op.args:
+        if a in group_of and canonical(group_of[a]) is group:
+            continue
+        if group in {canonical(g) for g in depends.get(a, ())} or \
+                a in group_of and canonical(group_of[a]) is group:
+            return True
+    return False
+
+
+def _group_deps(group, depends, canonical):
+    out = set()
+    for op in group.core:
+        out |= {canonical(g) for g in depends.get(op, ())}
+    out.discard(group)
+    return out
+
+
+def _merge(into, other):
+    into.core.extend(other.core)
+    into.at = into.at or other.at
+    other.merged_into = into
+    other.core = []
+
+
+def _worth_fusing(group):
+    """A lone op gains nothing from a group: its own kernel does the same work."""
+    return len(group.core) > 1
+
+
+def _graph_finder(ops):
+    """The graph an edge-scoped value runs over (inherited from its arguments)."""
+    graph = {}
+    for op in ops:
+        g = getattr(op, "graph", None)
+        if g is None:
+            g = next((graph[a] for a in op.args if graph.get(a) is not None), None)
+        graph[op] = g
+    return graph.get
+
+
+def add_recompute(group, groups, limit):
+    """Edge values this group reads from other groups are recomputed here when their
+    edge-side ancestry is short and made only of gathers and element-wise ops."""
+    core = set(group.core)
+    owner = {op: g for g in groups for op in g.core}
+    extra = []
+    for op in group.core:
+        for a in op.args:
+            if a not in core and a not in extra and owner.get(a) is not None and \
+                    a.scope == "e":
+                chain = _recompute_chain(a, owner, limit)
+                if chain is not None:
+                    extra.extend(c for c in chain if c not in extra and c not in core)
+    group.recomputed = extra
+
+
+def _recompute_chain(op, owner, limit):
+    chain, stack = [], [op]
+    while stack:
+        x = stack.pop()
+        if x in chain:
+            continue
+        if not (isinstance(x, (Gather, ElementWise, Reshape, Broadcast, Reduction)) and
+                x.scope == "e" and (not isinstance(x, Reduction) or 0 not in x.axes)):
+            return None
+        chain.append(x)
+        if len(chain) > limit:
+            return None
+        if not isinstance(x, Gather):
+            stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None)
+            if any(a.scope == "e" and owner.get(a) is None and not isinstance(a, Gather)
+                   for a in x.args):
+                return None
+    return chain
+
+
+def finish_groups(groups, ops, results):
+    """Inputs and outputs of each group; returns the ops that only recomputation needs."""
+    order = {op: i for i, op in enumerate(ops)}
+    result_set = set(results)
+    users = {}
+    for op in ops:
+        for a in op.args:
+            users.setdefault(a, []).append(op)
+    for g in groups:
+        g._order = sorted(set(g.core) | set(g.recomputed), key=order.__getitem__)
+    covered = {}                     # op -> groups that compute it
+    for g in groups:
+        for op in g._order:
+            covered.setdefault(op, set()).add(g)
+    for g in groups:
+        members = set(g._order)
+        inputs = []
+        for op in g._order:
+            for a in op.args:
+                if a not in members and a not in inputs:
+                    inputs.append(a)
+        g.inputs = inputs
+        g.outputs = [op for op in g.core
+                     if op in result_set or any(u not in members and
+                                                not _recomputes(u, op, covered)
+                                                for u in users.get(op, ()))]
+    return {op for g in groups for op in _drop_dead(g, users)}
+
+
+def _drop_dead(group, users):
+    """Core ops whose every user recomputes them elsewhere need not run here (nor
+    anywhere else on their own). Returns them."""
+    dropped = []
+    while True:
+        members = set(group._order)
+        dead = [op for op in group.core if op not in group.outputs and
+                not any(u in members for u in users.get(op, ()))]
+        if not dead:
+            return dropped
+        dropped += dead
+        group.core = [op for op in group.core if op not in dead]
+        group._order = [op for op in group._order if op not in dead]
+        group.inputs = [a for a in group.inputs
+                        if any(a in op.args for op in group._order)]
+
+
+def _recomputes(user, op, covered):
+    """Is every group that computes `user` also recomputing `op` itself?"""
+    groups = covered.get(user)
+    return bool(groups) and all(op in g._order for g in groups)
+
+
+def schedule(ops, groups):
+    """Execution order of plain ops and groups: a topological order of the graph where
+    each group is one node, kept as close to the original op order as possible."""
+    member_of = {op: g for g in groups for op in g.core}
+    position = {op: i for i, op in enumerate(ops)}
+    nodes = [op for op in ops if op not in member_of] + list(groups)
+    rank = {n: min(position[op] for op in n.core) if isinstance(n, FusedGroup)
+            else position[n] for n in nodes}
+
+    def producer(op):
+        return member_of.get(op, op)
+
+    needs = {n: {producer(a) for a in (n.inputs if isinstance(n, FusedGroup) else n.args)}
+             for n in nodes}
+    users = {}
+    for n, deps in needs.items():
+        deps.discard(n)
+        for d in deps:
+            users.setdefault(d, []).append(n)
+    index = {n: i for i, n in enumerate(nodes)}
+    ready = [(rank[n], index[n], n) for n in nodes if not needs[n]]
+    heapq.heapify(ready)
+    steps = []
+    while ready:
+        _, _, n = heapq.heappop(ready)
+        steps.append(n)
+        for u in users.get(n, ()):
+            needs[u].discard(n)
+            if not needs[u]:
+                heapq.heappush(ready, (rank[u], index[u], u))
+    if len(steps) != len(nodes):
+        raise RuntimeError("fusion produced groups that depend on each other in a cycle")
+    return steps
+
+
+__all__ = ["Fusion", "FusedGroup"]

@@ -1,0 +1,116 @@
+"""NumPy code for a fused group: the group runs over blocks of vertices (slices of the CSR
+of its end), so its edge-sized intermediates exist for one block of edges at a time.
+
+Inside a block the statements are the ops' own NumPy templates on block rows; gathers
+index with the block's edge ends, aggregations and edge softmaxes are segment reductions
+over the block's (sorted) edges. The loop is over blocks of thousands of edges, never over
+single vertices or edges.
+"""
+from ngnn.op_graph import Aggregate, DropoutMask, EdgeSoftmax, Gather
+
+DEFAULT_BLOCK_BYTES = 32 << 20
+
+
+class BlockShape:
+    """A shape whose first axis is the block's row count (a name in the generated code)."""
+
+    def __init__(self, rows, shape):
+        self.text = "(" + ", ".join([rows] + [str(d) for d in shape[1:]]) + \
+            ("," if len(shape) == 1 else "") + ")"
+
+    def __str__(self):
+        return self.text
+
+
+class FusedGroupWriter:
+    def __init__(self, group, names, codegen, graph_ref, block_bytes=DEFAULT_BLOCK_BYTES):
+        self.group = group
+        self.names = names            # op -> name in the generated module
+        self.codegen = codegen
+        self.g = graph_ref("graph", group.graph)
+        self.block_bytes = block_bytes
+        self.members = set(group.ops)
+        self.E, self.N = group.graph.num_edges, group.graph.num_nodes
+
+    def edge_block_limit(self):
+        """Edges per block so that one block's edge intermediates fit the byte budget."""
+        per_edge = sum(op.nbytes // max(self.E, 1) for op in self.group.ops
+                       if self.is_edge_sized(op))
+        return max(1, self.block_bytes // max(per_edge, 1))
+
+    def is_edge_sized(self, op):
+        return op.scope == "e" and op.shape and op.shape[0] == self.E
+
+    def rows_of(self, arg, user):
+        """How a block reads an input of `user`: edge rows, vertex rows, or all of it
+        (parameters broadcast over rows, and the node tensors gathers pick from)."""
+        if isinstance(user, Gather) or not arg.shape:
+            return "all"
+        if isinstance(user, (Aggregate, EdgeSoftmax)) or user.scope == "e":
+            return "edges" if arg.scope == "e" and arg.shape[0] == self.E else "all"
+        if arg.ndim == user.ndim and arg.shape[0] == self.N != 1:
+            return "vertices"
+        return "all"
+
+    def function(self):
+        """Lines of the nested function that runs the group, and the line calling it."""
+        g, group = self.g, self.group
+        params = [self.names[a] for a in group.inputs] + ["step"]
+        end = "dst" if group.at == "dst" else "src"
+        other = "src" if end == "dst" else "dst"
+        csr = "in" if end == "dst" else "out"
+        lines = [f"def {group.name}({', '.join(params)}):",
+                 f"    # {len(group.ops)} ops, {'destination' if end == 'dst' else 'source'}"
+                 f"-parallel over the {csr}-CSR; edge values live one block at a time",
+                 f"    for v0, v1, p0, p1 in K.blocks({g}, {end!r}, {self.edge_block_limit()}):",
+                 f"        eids = {g}.{csr}_eids[p0:p1]",
+                 f"        {other} = {g}.{csr}_{other}[p0:p1]",
+                 f"        seg = {g}.{csr}_indptr[v0:v1 + 1] - p0",
+                 f"        {end} = K.segment_ids(seg, v0)",
+                 "        n_e, n_v = p1 - p0, v1 - v0"]
+        local = {}
+        for op in group.ops:
+            lines += ["        " + s for s in self.statements(op, local, end)]
+        for op in group.outputs:
+            rows = "eids" if self.is_edge_sized(op) else "v0:v1"
+            if not (isinstance(op, Aggregate) and op.at == end):
+                lines.append(f"        {self.names[op]}[{rows}] = {local[op]}")
+        return lines, f"{group.name}({', '.join(params)})"
+
+    def statements(self, op, local, end):
+        name = f"{self.names[op]}_b"
+        local[op] = name
+        args = []
+        for a in op.args:
+            if a in local:
+                args.append(local[a])
+            else:
+                how = self.rows_of(a, op)
+                full = self.names[a]
+                args.append({"all": full, "edges": f"{full}[eids]",
+                             "vertices": f"{full}[v0:v1]"}[how])
+        rows = "n_e" if op.scope == "e" else "n_v"
+        shape = BlockShape(rows, op.shape)
+        dtype = f"np.{op.dtype.name}"
+        if isinstance(op, Gather):
+            return [f"{name} = np.take({args[0]}, {op.by}, axis=0)"]
+        if isinstance(op, Aggregate):
+            target = f"{self.names[op]}[v0:v1]" if op in self.group.outputs and op.at == end \
+                else None
+            if target is None:
+                return [f"{name} = np.empty({shape}, {dtype})",
+                        f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]
+            return [f"{name} = {target}",
+                    f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]
+        if isinstance(op, EdgeSoftmax):
+            return [f"{name} = K.segment_softmax({args[0]}, seg, {end})"]
+        if isinstance(op, DropoutMask):
+            return [f"{name} = np.empty({shape}, {dtype})",
+                    f"K.dropout_mask_rows(seed={op.seed}, step=step, rate={op.rate!r}, "
+                    f"rows=eids, size={op.size}, out={name})"]
+        if self.codegen.is_view_template(op):
+            return self.codegen.generate_op(op, name, args, shape=shape)
+        return [f"{name} = np.empty({shape}, {dtype})"] + \
+            self.codegen.generate_op(op, name, args, shape=shape)
+
+
