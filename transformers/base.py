@@ -90,8 +90,8 @@ class Computation:
         if self.transformed:
             return
         from ngnn.frontend import lower_zoom_outs
-        lower_zoom_outs(self._results)
         self._record("Trace")
+        lower_zoom_outs(self._results)
         for graph_pass in self.transformer.graph_passes():
             graph_pass.do_pass(self)
             self._record(type(graph_pass).__name__)
@@ -101,12 +101,14 @@ class Computation:
         self.fusion_groups = []
         for late_pass in self.transformer.late_passes():
             late_pass.do_pass(self)
+            self._record(type(late_pass).__name__, self.steps)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
         self.transformer.transform_ordered_ops(self)
         self.transformed = True
 
-    def _record(self, pass_name):
-        self.ir_history.append((pass_name, self._format_ir(ordered_ops(self.results))))
+    def _record(self, pass_name, steps=None):
+        steps = ordered_ops(self.results) if steps is None else steps
+        self.ir_history.append((pass_name, self._format_ir(steps)))
 
     def _check_parameters(self):
         needed = [op for op in self.ordered_ops if isinstance(op, Placeholder)]

@@ -1,10 +1,10 @@
-"""The vertex-centric front end (seed 000): ng.zoomIn / ng.zoomOut."""
+"""The vertex-centric front end (seed 000): ng.zoomIn / ng.zoomOut.
+
+`tracing` records per-vertex Python inside `ng.zoomIn` as local-scoped ops; `lowering`
+turns them into whole-graph ops (operation batching) when a computation or a gradient
+needs them.
+"""
 from .errors import TracingError, control_flow_error  # noqa: F401
-
-
-def lower_zoom_outs(results):
-    """Lower vertex-centric regions reachable from `results` to whole-graph ops."""
-
-
-def reduce_neighbours(values, reduce):
-    raise TracingError(f"ng.{reduce} over a list needs a neighbour list inside ng.zoomIn")
+from .lowering import lower_zoom_outs  # noqa: F401
+from .tracing import (LocalAggregate, LocalDegree, LocalFeature, ZoomOut,  # noqa: F401
+                      reduce_neighbours, zoomIn, zoomOut)

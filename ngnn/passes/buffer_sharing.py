@@ -14,6 +14,7 @@ class MemoryPlan:
         self.slots = {}
         self.buffer_bytes = []
         self.inplace = set()
+        self.into_variable = {}     # value op -> variable it is written into directly
 
     @property
     def peak_bytes(self):
@@ -64,10 +65,13 @@ def plan_memory(steps, results, transformer):
     for r in results:
         last_use[root_of(r.forwarded)] = end
 
+    plan.into_variable = updates_in_place(steps, results, root_of)
     free = []                      # buffer indices not holding a live tensor
     holder = {}                    # buffer index -> root op living in it
     for i, step in enumerate(steps):
         for op in reads_writes(step, transformer)[1]:
+            if op in plan.into_variable:
+                continue
             slot = None if isinstance(step, FusedGroup) else \
                 _inplace_slot(op, i, plan, root_of, last_use, transformer)
             if slot is not None:
@@ -81,6 +85,34 @@ def plan_memory(steps, results, transformer):
                 free.append(slot)
                 del holder[slot]
     return plan
+
+
+def updates_in_place(steps, results, root_of):
+    """{value op: variable} for assignments whose new value may be written straight into
+    the variable: an element-wise op reading the variable (same shape), used only by the
+    assignment, after which nothing reads the old value."""
+    position = {s: i for i, s in enumerate(steps)}
+    last_read, users = {}, {}
+    for i, step in enumerate(steps):
+        reads = step.inputs if isinstance(step, FusedGroup) else step.args
+        for arg in reads:
+            users[arg] = users.get(arg, 0) + 1
+            if not isinstance(step, Assign):
+                last_read[root_of(arg)] = i
+    # An assignment's own result is the new value; only other results need the old one.
+    returned = {root_of(r.forwarded) for r in results if not isinstance(r.forwarded, Assign)}
+    updates = {}
+    for step in steps:
+        if not isinstance(step, Assign):
+            continue
+        variable, value = step.args
+        if isinstance(value, ElementWise) and value in position and users[value] == 1 and \
+                value not in returned and variable not in returned and \
+                any(a is variable for a in value.args) and value.shape == variable.shape and \
+                value.dtype == variable.dtype and \
+                last_read.get(variable, -1) <= position[value]:
+            updates[value] = variable
+    return updates
 
 
 def _inplace_slot(op, i, plan, root_of, last_use, transformer):

@@ -23,6 +23,8 @@ def scalar_value(op):
 class SimplePrune(PeepholeGraphPass):
     @visit.on_type(Add)
     def visit(self, op):
+        if self.folded(op):
+            return
         x, y = op.args
         if scalar_value(y) == 0:
             self.replace_op(op, x)
@@ -31,6 +33,8 @@ class SimplePrune(PeepholeGraphPass):
 
     @visit.on_type(Subtract)
     def visit(self, op):
+        if self.folded(op):
+            return
         x, y = op.args
         if scalar_value(y) == 0:
             self.replace_op(op, x)
@@ -39,6 +43,8 @@ class SimplePrune(PeepholeGraphPass):
 
     @visit.on_type(Multiply)
     def visit(self, op):
+        if self.folded(op):
+            return
         x, y = op.args
         for a, b in ((x, y), (y, x)):
             value = scalar_value(b)
@@ -49,24 +55,33 @@ class SimplePrune(PeepholeGraphPass):
 
     @visit.on_type(Divide)
     def visit(self, op):
+        if self.folded(op):
+            return
         x, y = op.args
         if scalar_value(y) == 1:
             self.replace_op(op, x)
 
     @visit.on_type(Negative)
     def visit(self, op):
+        if self.folded(op):
+            return
         (x,) = op.args
         if isinstance(x, Negative):
             self.replace_op(op, x.args[0])
 
     @visit.on_type(Op)
     def visit(self, op):
-        """Constant folding: an op of constants is evaluated now."""
+        self.folded(op)
+
+    def folded(self, op):
+        """Constant folding: an op of constants is evaluated now. Returns whether it was."""
         if op.is_stateful or not op.args or isinstance(op, (Constant, Broadcast)) or \
                 op.size > FOLD_LIMIT or not all(_is_constant(a) for a in op.args):
-            return
+            return False
         from ..transformers.numpy.evaluate import evaluate
-        self.replace_op(op, Constant(evaluate(op, [_value(a) for a in op.args]), dtype=op.dtype))
+        value = evaluate(op, [_value(a) for a in op.args])
+        self.replace_op(op, Constant(value, dtype=op.dtype))
+        return True
 
 
 def _is_constant(op):

@@ -6,7 +6,7 @@ index with the block's edge ends, aggregations and edge softmaxes are segment re
 over the block's (sorted) edges. The loop is over blocks of thousands of edges, never over
 single vertices or edges.
 """
-from ngnn.op_graph import Aggregate, DropoutMask, EdgeSoftmax, Gather
+from ngnn.op_graph import Aggregate, DropoutMask, EdgeSoftmax, Gather, Multiply
 
 DEFAULT_BLOCK_BYTES = 32 << 20
 
@@ -20,6 +20,15 @@ class BlockShape:
 
     def __str__(self):
         return self.text
+
+
+def per_head(weight_shape, value_shape):
+    """Does an edge weight scale whole rows of heads of a gathered value? (E, H, 1) does for
+    (E, H, F), and (E, 1) for (E, F)."""
+    heads = list(weight_shape[1:])
+    while heads and heads[-1] == 1:
+        heads.pop()
+    return tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
 
 
 class FusedGroupWriter:
@@ -47,7 +56,9 @@ class FusedGroupWriter:
         if isinstance(user, Gather) or not arg.shape:
             return "all"
         if isinstance(user, (Aggregate, EdgeSoftmax)) or user.scope == "e":
-            return "edges" if arg.scope == "e" and arg.shape[0] == self.E else "all"
+            # An unscoped (E, ...) tensor of the user's rank broadcasts one row per edge.
+            return "edges" if arg.shape[0] == self.E and \
+                (arg.scope == "e" or arg.ndim == user.ndim) else "all"
         if arg.ndim == user.ndim and arg.shape[0] == self.N != 1:
             return "vertices"
         return "all"
@@ -68,14 +79,53 @@ class FusedGroupWriter:
                  f"        seg = {g}.{csr}_indptr[v0:v1 + 1] - p0",
                  f"        {end} = K.segment_ids(seg, v0)",
                  "        n_e, n_v = p1 - p0, v1 - v0"]
+        self.products, skipped = self.sparse_products(other)
+        sources = {x for x, _ in self.products.values()}
+        lines[1:1] = [f"    {self.names[x]} = np.ascontiguousarray({self.names[x]})"
+                      for x in group.inputs if x in sources]
         local = {}
         for op in group.ops:
-            lines += ["        " + s for s in self.statements(op, local, end)]
+            if op not in skipped:
+                lines += ["        " + s for s in self.statements(op, local, end)]
         for op in group.outputs:
             rows = "eids" if self.is_edge_sized(op) else "v0:v1"
             if not (isinstance(op, Aggregate) and op.at == end):
                 lines.append(f"        {self.names[op]}[{rows}] = {local[op]}")
         return lines, f"{group.name}({', '.join(params)})"
+
+    def sparse_products(self, other):
+        """Sum/mean aggregations of `weight * gather(x)` (or of `gather(x)`) are run as sparse
+        products, one per attention head: the gathered copy of x is never made.
+        Returns {aggregation: (x, weight or None)} and the ops this makes unnecessary."""
+        members = set(self.group.ops)
+        users = {}
+        for op in self.group.ops:
+            for a in op.args:
+                users.setdefault(a, []).append(op)
+
+        def private(op):     # used once, inside the group, and not written out
+            return op in members and op not in self.group.outputs and len(users.get(op, [])) == 1
+
+        def gathered(op):
+            return isinstance(op, Gather) and op.by == other and op.args[0] not in members \
+                and private(op)
+
+        products, skipped = {}, set()
+        for agg in self.group.ops:
+            if not isinstance(agg, Aggregate) or agg.reduce not in ("sum", "mean"):
+                continue
+            (msg,) = agg.args
+            if gathered(msg):
+                products[agg] = (msg.args[0], None)
+                skipped.add(msg)
+            elif isinstance(msg, Multiply) and private(msg):
+                for g, w in (msg.args, msg.args[::-1]):
+                    if gathered(g) and w.ndim == g.ndim and per_head(w.shape, g.shape) and \
+                            w.dtype == g.dtype and w is not g:
+                        products[agg] = (g.args[0], w)
+                        skipped.update((msg, g))
+                        break
+        return products, skipped
 
     def statements(self, op, local, end):
         name = f"{self.names[op]}_b"
@@ -95,15 +145,19 @@ class FusedGroupWriter:
         if isinstance(op, Gather):
             return [f"{name} = np.take({args[0]}, {op.by}, axis=0)"]
         if isinstance(op, Aggregate):
-            target = f"{self.names[op]}[v0:v1]" if op in self.group.outputs and op.at == end \
-                else None
-            if target is None:
-                return [f"{name} = np.empty({shape}, {dtype})",
-                        f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]
+            target = f"{self.names[op]}[v0:v1]" if op in self.group.outputs else \
+                f"np.empty({shape}, {dtype})"
+            if op in self.products:
+                x, weight = self.products[op]
+                w = "None" if weight is None else local.get(weight) or f"{self.names[weight]}[eids]"
+                other = "src" if end == "dst" else "dst"
+                return [f"{name} = {target}",
+                        f"K.gather_sum({self.names[x]}, {w}, {other}, seg, {op.reduce!r}, "
+                        f"out={name})"]
             return [f"{name} = {target}",
                     f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]
         if isinstance(op, EdgeSoftmax):
-            return [f"{name} = K.segment_softmax({args[0]}, seg, {end})"]
+            return [f"{name} = K.segment_softmax({args[0]}, seg)"]
         if isinstance(op, DropoutMask):
             return [f"{name} = np.empty({shape}, {dtype})",
                     f"K.dropout_mask_rows(seed={op.seed}, step=step, rate={op.rate!r}, "

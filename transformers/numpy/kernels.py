@@ -4,6 +4,7 @@ Every one is vectorized: aggregations are SciPy sparse products or segment reduc
 over the CSR order, never a Python loop over nodes or edges.
 """
 import numpy as np
+import scipy.sparse
 
 from ngnn import philox
 
@@ -22,14 +23,22 @@ def view(buffer, shape, dtype):
 
 def spmm(matrix, x, out):
     """out = matrix @ x for a CSR matrix, written into `out` (no temporary result)."""
-    width = int(np.prod(x.shape[1:], dtype=np.int64))
-    cols = np.ascontiguousarray(x, dtype=matrix.dtype).reshape(x.shape[0], width)
+    cols = np.ascontiguousarray(x, dtype=matrix.dtype)
+    return csr_product(matrix.shape, matrix.indptr, matrix.indices, matrix.data, cols, out)
+
+
+def csr_product(shape, indptr, indices, data, x, out):
+    """out = CSR(shape) @ x, rows of x and out flattened past their first axis; x must be
+    C-contiguous. SciPy's kernel accumulates straight into `out` when it can."""
+    width = x.size // max(shape[1], 1) if x.size else 0
     if csr_matvecs is None or not out.flags.c_contiguous:
-        np.copyto(out, (matrix @ cols).reshape(out.shape))
+        matrix = scipy.sparse.csr_matrix((data, indices, indptr), shape=shape)
+        np.copyto(out, (matrix @ x.reshape(shape[1], width)).reshape(out.shape))
         return out
     out.fill(0)
-    csr_matvecs(matrix.shape[0], matrix.shape[1], width, matrix.indptr, matrix.indices,
-                matrix.data, cols.ravel(), out.reshape(-1))
+    if width and len(indices):
+        csr_matvecs(shape[0], shape[1], width, indptr, indices, data, x.reshape(-1),
+                    out.reshape(-1))
     return out
 
 
@@ -156,10 +165,36 @@ def segment_reduce(values, seg, reduce, out):
     return out
 
 
-def segment_softmax(values, seg, ends):
-    """Stable softmax over each segment of sorted edge rows; `ends` maps edge -> vertex."""
+def gather_sum(x, weight, cols, seg, reduce, out):
+    """out[v] = sum over the block's edges e of v of weight[e] * x[cols[e]], as one sparse
+    product (mean divides by the degree). A weight of shape (n_e, H, 1, ...) scales each of
+    H heads of x: row (v, h) of the product has one entry (u*H + h) per edge v <- u."""
+    n_v, n_e = len(seg) - 1, len(cols)
+    heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+    degrees = np.diff(seg)
+    if weight is None:
+        indptr, indices, data = seg, cols, np.ones(n_e, dtype=out.dtype)
+    else:
+        head = np.arange(heads)
+        vertex = np.repeat(np.arange(n_v), degrees)
+        start, degree = seg[:-1][vertex], degrees[vertex]
+        slot = (start * heads + (np.arange(n_e) - start))[:, None] + head * degree[:, None]
+        data = np.empty(n_e * heads, dtype=out.dtype)
+        indices = np.empty(n_e * heads, dtype=np.int64)
+        data[slot] = weight.reshape(n_e, heads)
+        indices[slot] = cols[:, None] * heads + head
+        indptr = np.append((seg[:-1, None] * heads + head * degrees[:, None]).ravel(),
+                           n_e * heads)
+    csr_product((n_v * heads, x.shape[0] * heads), indptr, indices, data, x, out)
+    if reduce == "mean":
+        out /= np.maximum(degrees, 1).reshape((-1,) + (1,) * (out.ndim - 1))
+    return out
+
+
+def segment_softmax(values, seg):
+    """Stable softmax over each segment of sorted edge rows."""
     shape = (len(seg) - 1,) + values.shape[1:]
-    local = ends - (ends[0] if len(ends) else 0)
+    local = segment_ids(seg, 0)
     peak = segment_reduce(values, seg, "max", np.empty(shape, values.dtype))
     out = np.exp(values - peak[local])
     total = segment_reduce(out, seg, "sum", np.empty(shape, values.dtype))

@@ -150,9 +150,12 @@ class ModuleWriter:
         args = [self.name_of(a) for a in op.args]
         if isinstance(op, Assign):
             variable, value = args
-            self.deferred.append(f"np.copyto({variable}, {value})  # assignments land last")
+            if value != variable:          # else computed in place (memory plan)
+                self.deferred.append(f"np.copyto({variable}, {value})  # assignments land last")
             self.names[op] = variable
             return
+        if op in self.plan.into_variable:
+            name = self.names[op] = self.name_of(self.plan.into_variable[op])
         if op in self.plan.slots:
             self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
                                    f"{op.shape}, np.{op.dtype.name})")

@@ -46,11 +46,12 @@ def template_environment():
                               undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 
-def render_prelude(dialect):
-    """The macro prelude for `dialect` ("cuda" or "opencl"), to put before kernel text."""
+def render_prelude(dialect, fp64=False):
+    """The macro prelude for `dialect` ("cuda" or "opencl"), to put before kernel text;
+    `fp64` enables double precision where the dialect needs it declared (OpenCL)."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown kernel dialect {dialect!r}; expected one of {DIALECTS}")
-    return template_environment().get_template("prelude.j2").render(dialect=dialect)
+    return template_environment().get_template("prelude.j2").render(dialect=dialect, fp64=fp64)
 
 
 def _probe_cuda():

@@ -51,6 +51,10 @@ class Runtime(ABC):
         """Fill the contiguous writable `host_out_array` from `buffer` starting at `offset_bytes`."""
 
     @abstractmethod
+    def copy(self, dst, dst_offset, src, src_offset, nbytes):
+        """Copy `nbytes` bytes between device buffers, after the launches queued before it."""
+
+    @abstractmethod
     def fill_zero(self, buffer):
         """Set every byte of `buffer` to zero."""
 
@@ -116,3 +120,12 @@ def check_launch(global_size, local_size, args):
             raise TypeError(f"kernel argument {i} is {type(arg).__name__}; expected a DeviceBuffer "
                             f"or np.int32 / np.uint32 / np.float32")
     return global_size, local_size
+
+
+def check_device_copy(dst, dst_offset, src, src_offset, nbytes):
+    for buffer, offset in ((dst, dst_offset), (src, src_offset)):
+        if not isinstance(buffer, DeviceBuffer):
+            raise TypeError(f"expected a DeviceBuffer, got {type(buffer).__name__}")
+        if offset < 0 or nbytes < 0 or offset + nbytes > buffer.nbytes:
+            raise ValueError(f"copy of {nbytes} bytes at offset {offset} does not fit in a "
+                             f"buffer of {buffer.nbytes} bytes")

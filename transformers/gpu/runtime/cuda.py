@@ -3,7 +3,8 @@
 PyCUDA is imported when the runtime is created, never at module import, so machines without it
 (or without a driver) can still import ngnn and use the OpenCL runtime.
 """
-from .base import DeviceBuffer, Kernel, Runtime, check_copy, check_launch, numbered_source
+from .base import (DeviceBuffer, Kernel, Runtime, check_copy, check_device_copy, check_launch,
+                   numbered_source)
 from .cache import CompileCache
 
 
@@ -47,6 +48,13 @@ class CUDARuntime(Runtime):
         if host_out_array.nbytes:
             self._stream.synchronize()
             self._drv.memcpy_dtoh(host_out_array, int(buffer.handle) + offset_bytes)
+
+    def copy(self, dst, dst_offset, src, src_offset, nbytes):
+        check_device_copy(dst, dst_offset, src, src_offset, nbytes)
+        if nbytes:
+            # On our stream, so it runs after the kernels queued before it.
+            self._drv.memcpy_dtod_async(int(dst.handle) + dst_offset,
+                                        int(src.handle) + src_offset, nbytes, self._stream)
 
     def fill_zero(self, buffer):
         self._stream.synchronize()

@@ -1,7 +1,8 @@
 """OpenCL runtime through PyOpenCL: any OpenCL 1.2 device, including PoCL on a CPU."""
 import numpy as np
 
-from .base import DeviceBuffer, Kernel, Runtime, check_copy, check_launch, numbered_source
+from .base import (DeviceBuffer, Kernel, Runtime, check_copy, check_device_copy, check_launch,
+                   numbered_source)
 from .cache import CompileCache
 
 BUILD_OPTIONS = ("-cl-std=CL1.2",)
@@ -53,6 +54,12 @@ class OpenCLRuntime(Runtime):
         if host_out_array.nbytes:
             self._cl.enqueue_copy(self._queue, host_out_array, buffer.handle,
                                   src_offset=offset_bytes, is_blocking=True)
+
+    def copy(self, dst, dst_offset, src, src_offset, nbytes):
+        check_device_copy(dst, dst_offset, src, src_offset, nbytes)
+        if nbytes:
+            self._cl.enqueue_copy(self._queue, dst.handle, src.handle, byte_count=nbytes,
+                                  src_offset=src_offset, dst_offset=dst_offset)
 
     def fill_zero(self, buffer):
         self._cl.enqueue_fill_buffer(self._queue, buffer.handle, np.uint8(0), 0,

@@ -1,0 +1,128 @@
+"""Operation batching (seed 000): the local IR of a zoomIn context becomes whole-graph ops.
+
+Every per-vertex value (`v`) and every neighbour value (`innbs`, `outnbs`) is computed for
+all nodes at once, as a node tensor (N,) + local shape: a superset of what the local program
+needs. Edge values (`inedge`, `outedge`) become edge tensors (E,) + local shape; a node value
+used on an edge is gathered there (a neighbour by its end of the edge, the vertex itself by
+the other end), and an aggregation over a vertex's edges is an Aggregate at that vertex's end.
+"""
+from ..op_graph import (Aggregate, Broadcast, Constant, Dot, DropoutMask, ElementWise, Gather,
+                        ordered_ops)
+from ..op_graph.layout import reshape_to
+from ..op_graph.scopes import LOCAL_SCOPES
+from .tracing import LocalAggregate, LocalDegree, LocalFeature, ZoomOut
+
+# For each edge set: which end of an edge the current vertex sits at, and the neighbour's.
+ENDS = {"inedge": ("dst", "src"), "outedge": ("src", "dst")}
+NEIGHBOUR_OF = {"innbs": "inedge", "outnbs": "outedge"}
+
+
+def lower_zoom_outs(results):
+    """Forward every ZoomOut reachable from `results` to its whole-graph computation."""
+    for op in ordered_ops(results):
+        if isinstance(op, ZoomOut):
+            context = op.context
+            if context.lowering is None:
+                context.lowering = Lowering(context.graph)
+            op.forward = context.lowering.lower(op.args[0])
+
+
+class Lowering:
+    """Lowers the ops of one context; memoized, so values shared by several zoomOuts (or used
+    both on nodes and on edges) are lowered once."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.home = {}       # local op -> its whole-graph tensor (node or edge rows)
+        self.gathers = {}    # (local op, by) -> node tensor gathered onto edges
+        self.masks = {}      # (dropout mask, rows) -> mask with the rows axis in front
+
+    def lower(self, root):
+        for op in ordered_ops([root]):
+            if op.scope in LOCAL_SCOPES and op not in self.home:
+                self.home[op] = self.lower_op(op)
+        return self.home[root]
+
+    def rows(self, scope):
+        return "e" if scope in ("inedge", "outedge") else "n"
+
+    def lower_op(self, op):
+        if isinstance(op, LocalFeature):
+            return op.args[0]
+        g = self.graph
+        if isinstance(op, LocalDegree):
+            new = Constant(op.degrees().astype(op.dtype))
+        elif isinstance(op, LocalAggregate):
+            at = ENDS[op.over][0]
+            new = Aggregate(self.on_edges(op.args[0], op.over), g, at=at, reduce=op.reduce)
+        else:
+            rows = self.rows(op.scope)
+            args = [self.arg(a, op.scope, rows) for a in op.args]
+            new = self.rebuild(op, args, g.num_nodes if rows == "n" else g.num_edges)
+        new.scope = self.rows(op.scope)
+        return new
+
+    def arg(self, a, scope, rows):
+        """The lowered form of argument `a` of an op of `scope`."""
+        if a.scope is None:
+            if isinstance(a, DropoutMask):
+                # A fresh mask per vertex (or edge), not one shared by all of them.
+                key = (a, rows)
+                if key not in self.masks:
+                    count = self.graph.num_nodes if rows == "n" else self.graph.num_edges
+                    self.masks[key] = DropoutMask((count,) + a.shape, a.rate, seed=a.seed,
+                                                  dtype=a.dtype)
+                    self.masks[key].scope = rows
+                return self.masks[key]
+            return a          # parameters keep their full shape
+        return self.on_edges(a, scope) if rows == "e" else self.home[a]
+
+    def on_edges(self, a, edge_set):
+        """Local value `a` as an edge tensor over `edge_set`."""
+        if a.scope is None:
+            return self.arg(a, edge_set, "e")
+        if a.scope == edge_set:
+            return self.home[a]
+        vertex_end, neighbour_end = ENDS[edge_set]
+        by = neighbour_end if NEIGHBOUR_OF.get(a.scope) == edge_set else vertex_end
+        key = (a, by)
+        if key not in self.gathers:
+            self.gathers[key] = Gather(self.home[a], self.graph, by=by)
+        return self.gathers[key]
+
+    def rebuild(self, op, args, count):
+        """`op` on lowered arguments, with the row axis in front."""
+        local_args = op.args
+        if isinstance(op, Dot):
+            return self.dot(op, args, count)
+        if isinstance(op, (ElementWise, Broadcast)):
+            # A lower-rank local argument broadcasts per row: size-1 axes go after the row axis.
+            args = [pad(lowered, op.ndim, count) if local.scope is not None else lowered
+                    for lowered, local in zip(args, local_args)]
+        return op.with_args(args, lead=1)
+
+    def dot(self, op, args, count):
+        """matmul batches over leading axes: a local vector becomes a row (or column) matrix
+        unless rows @ a matrix parameter already means the right thing, and local operands
+        are padded to a common rank so the row axis lines up."""
+        (a, b), (la, lb) = op.args, args
+        if a.scope is not None and a.ndim == 1 and (b.scope is not None or b.ndim > 2):
+            la = reshape_to(la, (count, 1) + a.shape)
+        if b.scope is not None and b.ndim == 1:
+            lb = reshape_to(lb, (count,) + b.shape + (1,))
+        rank = max(x.ndim - 1 if local.scope is not None else x.ndim
+                   for x, local in ((la, a), (lb, b)))
+        if a.scope is not None and la.ndim > 2:
+            la = pad(la, rank, count)
+        if b.scope is not None:
+            lb = pad(lb, rank, count)
+        return reshape_to(Dot(la, lb, name=op.name), (count,) + op.shape)
+
+
+def pad(lowered, rank, count):
+    """`lowered` ((count,) + local shape) with size-1 axes after the row axis, up to `rank`
+    local axes."""
+    missing = rank - (lowered.ndim - 1)
+    if missing <= 0:
+        return lowered
+    return reshape_to(lowered, (count,) + (1,) * missing + lowered.shape[1:])

@@ -1,0 +1,338 @@
+"""Tracing within a context (seed 000, option 3): `ng.zoomIn` records per-vertex Python as
+ops of the local scopes `v`, `innbs` / `outnbs` and `inedge` / `outedge`; `ng.zoomOut`
+marks a per-vertex value as a node tensor, lowered to whole-graph ops later
+(`ngnn.frontend.lowering`)."""
+import builtins
+import functools
+
+import numpy as np
+
+from ..op_graph import Leaf, Maximum, Minimum, Op, ShapeError, as_ops
+from ..op_graph.scopes import EDGE_SET
+from .errors import TracingError, at_user_line
+
+RESERVED = ("innbs", "outnbs", "inedges", "outedges", "indegree", "outdegree")
+PATCHED = ("sum", "max", "min", "zip")
+_BUILTINS = {name: getattr(builtins, name) for name in PATCHED}
+EDGE_SET_TEXT = {"inedge": "in-edges (v.innbs / v.inedges)",
+                 "outedge": "out-edges (v.outnbs / v.outedges)"}
+
+
+# ---- traced leaves and the ops only the front end makes --------------------------------------
+
+class LocalFeature(Op):
+    """A feature read at a local scope: the node (or edge) axis of `source` factored out."""
+    kind = "prim"
+
+    def __init__(self, source, scope, context):
+        super().__init__([source], shape=source.shape[1:], dtype=source.dtype, scope=scope)
+        self.zoom = context
+
+    @property
+    def op_name(self):
+        return "feature"
+
+
+class LocalDegree(Leaf):
+    """The in- or out-degree of the current vertex (scope v) or of a neighbour."""
+
+    def __init__(self, which, scope, context):
+        super().__init__((), np.float32, scope=scope)
+        self.which = which
+        self.zoom = context
+
+    @property
+    def op_name(self):
+        return self.which
+
+    def degrees(self):
+        graph = self.zoom.graph
+        return graph.in_degrees if self.which == "indegree" else graph.out_degrees
+
+
+class LocalAggregate(Op):
+    """sum / mean / max / min of a value over the current vertex's in- or out-edges; a vertex
+    without such edges gets 0."""
+
+    def __init__(self, value, reduce):
+        value.zoom.check_open()
+        self.reduce = reduce
+        self.over = EDGE_SET[value.scope]
+        super().__init__([value], shape=value.shape,
+                         dtype=value.dtype if value.dtype.kind == "f" else np.float32,
+                         scope="v")
+
+    @property
+    def kind(self):
+        return "agg" if self.over == "inedge" else "srcagg"
+
+    @property
+    def op_name(self):
+        return self.reduce
+
+
+class ZoomOut(Op):
+    """A per-vertex value as a node tensor (N,) + shape. Lowering forwards it to the
+    whole-graph ops that compute it."""
+
+    def __init__(self, value):
+        # An explicit scope skips the open-context check: zoomOut runs after the context.
+        super().__init__([value], shape=(value.zoom.graph.num_nodes,) + value.shape,
+                         dtype=value.dtype, scope="v")
+        self.context = value.zoom
+        self.scope, self.zoom = None, None
+
+
+def zoomOut(*values):
+    """The node tensors of per-vertex values traced in ng.zoomIn: one op, or a tuple."""
+    outs = []
+    for value in values:
+        if not isinstance(value, Op) or value.zoom is None:
+            raise TracingError(at_user_line(
+                f"ng.zoomOut needs a per-vertex value traced inside ng.zoomIn, got {value!r}"))
+        if value.scope != "v":
+            raise TracingError(at_user_line(
+                f"ng.zoomOut needs a per-vertex value (scope v), but {value!r} has one value "
+                f"per {'edge' if value.scope.endswith('edge') else 'neighbour'} (scope "
+                f"{value.scope}); reduce it first, e.g. sum(...) or ng.mean([...])"))
+        outs.append(ZoomOut(value))
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# ---- proxies: what user code inside the context sees --------------------------------------
+
+class _Proxy:
+    """Reads features by attribute (`v.h`, `n.h`, `e.w`) at one scope."""
+
+    def __init__(self, context, scope, kind, who):
+        self._context, self._scope, self._kind, self._who = context, scope, kind, who
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._context.read(self._kind, name, self._scope, self._who)
+
+    def __repr__(self):
+        return f"<{self._who}: {self._scope} proxy>"
+
+
+class Neighbour(_Proxy):
+    @property
+    def indegree(self):
+        return self._context.degree("indegree", self._scope)
+
+    @property
+    def outdegree(self):
+        return self._context.degree("outdegree", self._scope)
+
+
+class Neighbours:
+    """v.innbs / v.outnbs / v.inedges / v.outedges: iterates once, yielding one proxy that
+    stands for every neighbour (or edge) at the same time."""
+
+    def __init__(self, context, proxy):
+        self.context, self.proxy = context, proxy
+        self.edge_set = EDGE_SET[proxy._scope]
+
+    def __iter__(self):
+        self.context.check_open()
+        yield self.proxy
+
+
+class Vertex(_Proxy):
+    def __init__(self, context):
+        super().__init__(context, "v", "node", "v")
+        self.innbs = Neighbours(context, Neighbour(context, "innbs", "node", "n"))
+        self.outnbs = Neighbours(context, Neighbour(context, "outnbs", "node", "n"))
+        self.inedges = Neighbours(context, _Proxy(context, "inedge", "edge", "e"))
+        self.outedges = Neighbours(context, _Proxy(context, "outedge", "edge", "e"))
+
+    @property
+    def indegree(self):
+        return self._context.degree("indegree", "v")
+
+    @property
+    def outdegree(self):
+        return self._context.degree("outdegree", "v")
+
+
+# ---- the context -------------------------------------------------------------------------------
+
+class ZoomContext:
+    def __init__(self, graph, node_feat=(), edge_feat=()):
+        from ..graph import Graph
+        if not isinstance(graph, Graph):
+            raise TypeError(f"ng.zoomIn: expected an ng.Graph, got {graph!r}")
+        self.graph = graph
+        self.node_features = _features(node_feat, "node_feat", graph.num_nodes, "nodes")
+        self.edge_features = _features(edge_feat, "edge_feat", graph.num_edges, "edges")
+        self.state = "new"
+        self.leaves = {}            # (kind, name or degree, scope) -> traced leaf
+        self.lowering = None        # shared by every zoomOut of this context
+        self.saved_builtins = None
+
+    def __enter__(self):
+        if self.state != "new":
+            raise TracingError("an ng.zoomIn context can be entered once; call ng.zoomIn again")
+        self.state = "open"
+        self.saved_builtins = {name: getattr(builtins, name) for name in PATCHED}
+        builtins.sum, builtins.max, builtins.min, builtins.zip = \
+            traced_sum, traced_max, traced_min, traced_zip
+        return Vertex(self)
+
+    def __exit__(self, *exc):
+        try:
+            self.state = "closed"
+        finally:
+            for name, value in self.saved_builtins.items():
+                setattr(builtins, name, value)
+        return False
+
+    def check_open(self):
+        if self.state != "open":
+            raise TracingError(at_user_line(
+                "a value traced inside ng.zoomIn is used after its context closed; pass it "
+                "to ng.zoomOut (inside or right after the context) and use the node tensor"))
+
+    def read(self, kind, name, scope, who):
+        self.check_open()
+        features = self.node_features if kind == "node" else self.edge_features
+        if name not in features:
+            available = ", ".join(features) or "none"
+            raise AttributeError(at_user_line(
+                f"{who}.{name}: there is no {kind} feature {name!r} in this ng.zoomIn; "
+                f"available {kind} features: {available}"))
+        key = (kind, name, scope)
+        if key not in self.leaves:
+            self.leaves[key] = LocalFeature(features[name], scope, self)
+        return self.leaves[key]
+
+    def degree(self, which, scope):
+        self.check_open()
+        key = ("degree", which, scope)
+        if key not in self.leaves:
+            self.leaves[key] = LocalDegree(which, scope, self)
+        return self.leaves[key]
+
+
+def zoomIn(graph, node_feat=(), edge_feat=()):
+    """Trace per-vertex code over `graph`:
+
+        with ng.zoomIn(g, node_feat=[h]) as v:
+            rst = sum(n.h for n in v.innbs)
+        out = ng.zoomOut(rst)
+
+    Features are given as a list of named tensors or a {name: tensor} dict; node features
+    have one row per node, edge features one row per edge."""
+    return ZoomContext(graph, node_feat, edge_feat)
+
+
+def _features(given, what, rows, unit):
+    if isinstance(given, dict):
+        items = list(given.items())
+    else:
+        items = []
+        for tensor in given:
+            if not isinstance(tensor, Op) or not tensor.name:
+                raise ValueError(f"ng.zoomIn: every {what} list entry needs a name (give "
+                                 f"ng.placeholder a name=, or pass a dict); got {tensor!r}")
+            items.append((tensor.name, tensor))
+    features = {}
+    for name, tensor in items:
+        if name in features:
+            raise ValueError(f"ng.zoomIn: two {what} entries are named {name!r}; pass a dict "
+                             "to choose distinct names")
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_") or \
+                name in RESERVED:
+            raise ValueError(f"ng.zoomIn: {what} name {name!r} must be a Python identifier, "
+                             f"not starting with '_' and none of {', '.join(RESERVED)}")
+        (tensor,) = as_ops(tensor)
+        if tensor.ndim == 0 or tensor.shape[0] != rows:
+            raise ShapeError(f"ng.zoomIn: {what} {name!r} has shape {tensor.shape}, but its "
+                             f"first axis must have one row per graph {unit[:-1]} ({rows} "
+                             f"{unit})")
+        features[name] = tensor
+    return features
+
+
+# ---- builtins while a context is open ------------------------------------------------------
+
+def neighbour_value(values):
+    """The traced op of a neighbour list (one op with one value per neighbour or edge),
+    else None."""
+    if not isinstance(values, (list, tuple)) or len(values) != 1 or \
+            not isinstance(values[0], Op) or values[0].zoom is None:
+        return None
+    value = values[0]
+    if value.scope == "v":
+        raise TracingError(at_user_line(
+            f"this list holds one per-vertex value {value!r}, not one value per neighbour: "
+            "build it from n.<feature> or e.<feature>; for a count of neighbours use "
+            "v.indegree / v.outdegree"))
+    return value if value.scope in EDGE_SET else None
+
+
+def reduce_neighbours(values, reduce):
+    """ng.sum / ng.mean / ng.max / ng.min over a neighbour list."""
+    value = neighbour_value(values)
+    if value is None:
+        raise TracingError(at_user_line(
+            f"ng.{reduce} over a list needs a neighbour list inside ng.zoomIn, such as "
+            f"ng.{reduce}([n.h for n in v.innbs]); got {values!r}"))
+    return LocalAggregate(value, reduce)
+
+
+def traced_sum(iterable, /, start=0):
+    try:
+        iterator = iter(iterable)
+    except TypeError:
+        return _BUILTINS["sum"](iterable, start)
+    values = list(iterator)
+    value = neighbour_value(values)
+    if value is None:
+        return _BUILTINS["sum"](values, start)
+    total = LocalAggregate(value, "sum")
+    return total if type(start) in (int, float) and start == 0 else start + total
+
+
+def _traced_extreme(reduce, pairwise):
+    original = _BUILTINS[reduce]
+
+    def extreme(*args, **kwargs):
+        if "key" in kwargs:
+            return original(*args, **kwargs)
+        if len(args) == 1:
+            try:
+                iterator = iter(args[0])
+            except TypeError:
+                return original(*args, **kwargs)
+            values = list(iterator)
+            value = neighbour_value(values)
+            return original(values, **kwargs) if value is None else LocalAggregate(value, reduce)
+        if any(isinstance(a, Op) for a in args):
+            return functools.reduce(pairwise, args)
+        return original(*args, **kwargs)
+
+    extreme.__name__ = reduce
+    return extreme
+
+
+traced_max = _traced_extreme("max", Maximum)
+traced_min = _traced_extreme("min", Minimum)
+
+
+def _edge_sets(iterable):
+    if isinstance(iterable, Neighbours):
+        return {iterable.edge_set}
+    if isinstance(iterable, (list, tuple)):
+        return {EDGE_SET[x.scope] for x in iterable if isinstance(x, Op) and x.scope in EDGE_SET}
+    return set()
+
+
+def traced_zip(*iterables, **kwargs):
+    edge_sets = set().union(*(_edge_sets(it) for it in iterables))
+    if len(edge_sets) > 1:
+        raise TracingError(at_user_line(
+            "zip pairs values over the same edges, but these lists run over "
+            + " and ".join(EDGE_SET_TEXT[s] for s in sorted(edge_sets))))
+    return _BUILTINS["zip"](*iterables, **kwargs)

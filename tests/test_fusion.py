@@ -1,0 +1,173 @@
+"""Fusion, recompute-or-materialize and whole-step buffer sharing preserve results."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ngnn as ng
+from ngnn import transformers as ngt
+from ngnn.op_graph import Aggregate, EdgeSoftmax, Gather
+
+
+def random_graph(rng, n=40, e=200, isolated=5):
+    src = rng.integers(0, n, e)
+    dst = rng.integers(0, n - isolated, e)       # the last vertices have no in-edges
+    src[:3] = dst[:3]                            # self-loops
+    src[3:6], dst[3:6] = src[6], dst[6]          # multi-edges
+    return ng.Graph.from_edges(src, dst, n)
+
+
+def gat_ops(g, x, heads=2, feats=3, seed=0):
+    """The seed's GAT written with whole-graph ops."""
+    rng = np.random.default_rng(seed)
+    n, e = g.num_nodes, g.num_edges
+    w = ng.variable((x.shape[1], heads * feats), dtype=x.dtype, name="W",
+                    initial_value=rng.normal(size=(x.shape[1], heads * feats)))
+    attn_l = ng.variable((heads, feats), dtype=x.dtype, name="attn_l",
+                         initial_value=rng.normal(size=(heads, feats)))
+    attn_r = ng.variable((heads, feats), dtype=x.dtype, name="attn_r",
+                         initial_value=rng.normal(size=(heads, feats)))
+    feat = ng.reshape(ng.dot(x, w), (n, heads, feats))
+    el, er = ng.sum(feat * attn_l, axis=-1), ng.sum(feat * attn_r, axis=-1)
+    coeff = ng.exp(ng.leaky_relu(Gather(el, g, "src") + Gather(er, g, "dst")))
+    alpha = coeff / Gather(Aggregate(coeff, g, "dst", "sum"), g, "dst")
+    rst = Aggregate(ng.reshape(alpha, (e, heads, 1)) * Gather(feat, g, "src"), g, "dst", "sum")
+    return rst, [w, attn_l, attn_r]
+
+
+def run(results, params, values, **options):
+    with ngt.make_transformer("numpy", **options) as t:
+        comp = t.computation(results, *params)
+        return comp(*values), comp
+
+
+@pytest.mark.parametrize("options", [dict(), dict(recompute=False),
+                                     dict(fusion_block_bytes=512)])
+def test_gat_step_fused_equals_unfused(options):
+    rng = np.random.default_rng(1)
+    g = random_graph(rng)
+    x = ng.placeholder((g.num_nodes, 4), dtype=np.float64, name="x")
+    rst, params = gat_ops(g, x)
+    loss = ng.sum(rst * rst)
+    results = [rst, loss] + ng.grad(loss, params)
+    xv = rng.normal(size=x.shape)
+    fused, comp = run(results, [x], [xv], **options)
+    plain, _ = run(results, [x], [xv], fusion=False)
+    assert comp.fusion_groups
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    assert np.all(fused[0][-5:] == 0)                  # no in-edges: exactly zero
+
+
+def test_gat_forward_prints_two_fused_groups_around_the_dense_transform():
+    g = random_graph(np.random.default_rng(2))
+    x = ng.placeholder((g.num_nodes, 4), name="x")
+    rst, _ = gat_ops(g, x)
+    _, comp = run([rst], [x], [np.ones(x.shape, np.float32)])
+    ir = comp.ir
+    assert len(comp.fusion_groups) == 2
+    assert "fusedGraph1(" in ir and "fusedGraph2(" in ir and "fusedGraph3" not in ir
+    main = ir.split("\n\n")[0]
+    assert "dot(" in main and "gather" not in main and "agg::" not in main
+    body2 = ir.split("fusedGraph2(")[-1]
+    assert "# recomputed" in body2                      # coefficients recomputed, not stored
+    assert "# materialized" not in ir
+    assert comp.ir_after("Fusion") == ir
+
+
+def test_recompute_policy_stores_fewer_edge_values_than_materialize():
+    g = random_graph(np.random.default_rng(3), n=200, e=3000)
+    x = ng.placeholder((g.num_nodes, 4), name="x")
+    rst, params = gat_ops(g, x)
+    loss = ng.sum(rst * rst)
+    results = [loss] + ng.grad(loss, params)
+    xv = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
+    _, recompute = run(results, [x], [xv])
+    _, materialize = run(results, [x], [xv], recompute=False)
+    _, unfused = run(results, [x], [xv], fusion=False)
+    assert recompute.memory_plan.peak_bytes < materialize.memory_plan.peak_bytes
+    assert materialize.memory_plan.peak_bytes < unfused.memory_plan.peak_bytes
+    assert "# materialized" in materialize.ir
+
+
+def test_edge_softmax_and_max_aggregation_fuse_and_agree():
+    rng = np.random.default_rng(4)
+    g = random_graph(rng)
+    h = ng.placeholder((g.num_nodes, 3), dtype=np.float64, name="h")
+    score = EdgeSoftmax(ng.tanh(Gather(h, g, "src") * Gather(h, g, "dst")), g)
+    out = Aggregate(score * Gather(h, g, "src"), g, "dst", "max") + 1.0
+    back = Aggregate(score, g, "src", "mean")
+    loss = ng.sum(out * out) + ng.sum(back)
+    results = [out, back, ng.grad(loss, h)]
+    hv = rng.normal(size=h.shape)
+    fused, comp = run(results, [h], [hv], fusion_block_bytes=256)
+    plain, _ = run(results, [h], [hv], fusion=False)
+    assert any(isinstance(op, EdgeSoftmax) for grp in comp.fusion_groups for op in grp.ops)
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_inside_a_fused_group_draws_the_same_mask():
+    rng = np.random.default_rng(5)
+    g = random_graph(rng)
+    h = ng.placeholder((g.num_nodes, 3), name="h")
+    out = Aggregate(ng.dropout(Gather(h, g, "src"), 0.5, seed=7) * 2.0, g, "dst", "sum")
+    hv = rng.normal(size=h.shape).astype(np.float32)
+    with ngt.make_transformer("numpy", fusion_block_bytes=128) as t1, \
+            ngt.make_transformer("numpy", fusion=False) as t2:
+        fused, plain = t1.computation(out, h), t2.computation(out, h)
+        for _ in range(2):                                   # a new mask every call
+            np.testing.assert_allclose(fused(hv), plain(hv), rtol=1e-5, atol=1e-5)
+        assert fused.fusion_groups
+
+
+def test_sgd_update_is_written_into_the_variable_and_reads_see_old_values():
+    x = ng.placeholder((8, 3), name="x")
+    w = ng.variable((3, 2), initial_value=np.ones((3, 2)), name="w")
+    loss = ng.sum(ng.dot(x, w) ** 2)
+    before = ng.sum(w)                          # read in the same call: the old value
+    step = [loss, before, ng.assign(w, w - 0.01 * ng.grad(loss, w))]
+    xv = np.random.default_rng(6).random((8, 3)).astype(np.float32)
+    with ngt.make_transformer("numpy") as t:
+        comp = t.computation(step, x)
+        loss0, before0, w1 = comp(xv)
+        assert before0 == 6.0
+        assert "out=w)" in comp.source and "np.copyto(w" not in comp.source
+        expected = np.ones((3, 2)) - 0.01 * 2 * xv.T @ (xv @ np.ones((3, 2)))
+        np.testing.assert_allclose(w1, expected, rtol=1e-5)
+        np.testing.assert_allclose(t.variable_value(w), expected, rtol=1e-5)
+        assert comp(xv)[1] == pytest.approx(expected.sum(), rel=1e-5)
+
+
+@st.composite
+def edge_programs(draw):
+    """A random graph (isolated vertices, self-loops and multi-edges allowed) and a random
+    program: gathers, element-wise edge ops, an aggregation, node ops after it."""
+    n = draw(st.integers(1, 12))
+    e = draw(st.integers(0, 40))
+    src = draw(st.lists(st.integers(0, n - 1), min_size=e, max_size=e))
+    dst = draw(st.lists(st.integers(0, n - 1), min_size=e, max_size=e))
+    ops = draw(st.lists(st.sampled_from(["add", "mul", "tanh", "exp", "relu", "softmax"]),
+                        min_size=1, max_size=5))
+    return (n, src, dst, ops, draw(st.sampled_from(["sum", "mean", "max", "min"])),
+            draw(st.sampled_from(["src", "dst"])), draw(st.sampled_from([64, 1 << 20])))
+
+
+@settings(max_examples=40, deadline=None)
+@given(edge_programs())
+def test_random_edge_programs_fused_equal_unfused(program):
+    n, src, dst, ops, reduce, at, block = program
+    g = ng.Graph.from_edges(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), n)
+    h = ng.placeholder((n, 2), dtype=np.float64, name="h")
+    value = Gather(h, g, "src")
+    for name in ops:
+        other = Gather(ng.tanh(h), g, "dst")
+        value = {"add": lambda v: v + other, "mul": lambda v: v * other,
+                 "tanh": ng.tanh, "exp": lambda v: ng.exp(ng.tanh(v)), "relu": ng.relu,
+                 "softmax": lambda v: EdgeSoftmax(v, g, at)}[name](value)
+    out = ng.sigmoid(Aggregate(value, g, at, reduce)) * 2.0
+    results = [out, ng.grad(ng.sum(out * out), h)]
+    hv = np.random.default_rng(len(src)).normal(size=(n, 2))
+    fused, _ = run(results, [h], [hv], fusion_block_bytes=block)
+    plain, _ = run(results, [h], [hv], fusion=False)
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

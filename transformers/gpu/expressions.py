@@ -1,0 +1,256 @@
+"""C expressions for op values at symbolic coordinates: seed 000's broadcast index propagation.
+
+A kernel asks for the value of an op at coordinates given as C expressions (its own loop
+indices). A stored op is loaded from its buffer at the row-major offset of those
+coordinates; an op planned inline is computed from its arguments, each asked for at the
+coordinates that map onto it (broadcast axes read index 0, a transpose permutes, a slice
+scales and shifts, a gather reads the edge's end vertex, a reshape goes through the flat
+offset). Values already computed at the same coordinates in the block are reused.
+"""
+import re
+
+import numpy as np
+
+from ngnn.naming import Namer, sanitize
+from ngnn.op_graph import (Broadcast, Cast, Constant, DropoutMask, ElementWise, Gather, OneHot,
+                           Reshape, Slice, Transpose)
+
+CTYPES = {"float32": "float", "float64": "double", "int8": "char", "int16": "short",
+          "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort",
+          "uint32": "uint", "uint64": "ulong", "bool": "uchar"}
+_FLOAT_SUFFIX = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)f\b")
+
+
+def ctype(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.name not in CTYPES:
+        raise TypeError(f"the GPU transformer does not support dtype {dtype}")
+    return CTYPES[dtype.name]
+
+
+def literal(value, dtype):
+    """`value` as C source of type `dtype` (float literals keep float precision)."""
+    dtype = np.dtype(dtype)
+    value = np.asarray(value, dtype=dtype).item()
+    if dtype.kind == "f":
+        single = dtype == np.float32
+        if np.isnan(value):
+            return "UINT_AS_FLOAT(0x7fc00000u)" if single else "(0.0 / 0.0)"
+        if np.isinf(value):
+            sign = "-" if value < 0 else ""
+            return (f"UINT_AS_FLOAT(0x{'ff' if sign else '7f'}800000u)" if single
+                    else f"({sign}1.0 / 0.0)")
+        text = repr(float(value))
+        return f"{text}f" if single else text
+    if dtype.kind == "b":
+        return "1" if value else "0"
+    suffix = {"int64": "L", "uint64": "UL", "uint32": "u"}.get(dtype.name, "")
+    if dtype.name == "int64" and value == np.iinfo(np.int64).min:
+        return "(-9223372036854775807L - 1L)"
+    return f"{value}{suffix}"
+
+
+def extreme(dtype, largest):
+    """The identity of max (largest=False) or min (largest=True) reductions in `dtype`."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return literal(np.inf if largest else -np.inf, dtype)
+    info = np.iinfo(dtype) if dtype.kind in "iu" else np.iinfo(np.uint8)
+    return literal(info.max if largest else info.min, dtype)
+
+
+def in_precision(expr, dtype):
+    """Op templates write float literals (1.0f); in double kernels they must be double."""
+    return _FLOAT_SUFFIX.sub(r"\1", expr) if np.dtype(dtype) == np.float64 else expr
+
+
+def strides(shape):
+    out, step = [], 1
+    for dim in reversed(shape):
+        out.append(step)
+        step *= max(dim, 1)
+    return list(reversed(out))
+
+
+def flat_index(coords, shape):
+    """Row-major offset of `coords` in a contiguous tensor of `shape`."""
+    terms = []
+    for c, dim, stride in zip(coords, shape, strides(shape)):
+        if dim == 1 or c == "0":
+            continue
+        terms.append(f"({c})" if stride == 1 else f"({c}) * {stride}")
+    return " + ".join(terms) or "0"
+
+
+def unravel(flat, shape):
+    """Coordinates in `shape` of row-major offset `flat` (a C variable name)."""
+    coords = []
+    for i, (dim, stride) in enumerate(zip(shape, strides(shape))):
+        if dim == 1:
+            coords.append("0")
+            continue
+        c = flat if stride == 1 else f"{flat} / {stride}"
+        coords.append(c if i == 0 else f"({c}) % {dim}")
+    return coords
+
+
+def broadcast_coords(coords, arg_shape, shape):
+    """Coordinates in an argument broadcast (NumPy rules) to `shape`."""
+    lead = len(shape) - len(arg_shape)
+    return ["0" if dim == 1 else coords[lead + i] for i, dim in enumerate(arg_shape)]
+
+
+class KernelParams:
+    """The parameters one kernel needs: stored tensors it reads, graph index arrays, and
+    whether it needs the call number (`step`, for dropout masks)."""
+
+    def __init__(self, plan, taken=()):
+        self.plan = plan
+        self.namer = Namer(taken)
+        self.tensors = {}         # base op -> C name
+        self.graph_arrays = {}    # (graph, attribute) -> C name
+        self.uses_step = False
+        self.uses_double = False
+        self.counter = 0
+
+    def tensor(self, op):
+        base = self.plan.base(op)
+        if base not in self.tensors:
+            # Prefixed so no tensor name can shadow a C function such as exp or max.
+            self.tensors[base] = self.namer(f"in_{sanitize(base.name or base.op_name)}")
+        return self.tensors[base]
+
+    def graph_array(self, graph, attribute):
+        key = (graph, attribute)
+        if key not in self.graph_arrays:
+            self.graph_arrays[key] = self.namer(f"graph_{attribute}")
+        return self.graph_arrays[key]
+
+    def fresh(self, prefix="v"):
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def note_dtype(self, dtype):
+        if np.dtype(dtype) == np.float64:
+            self.uses_double = True
+
+
+class Block:
+    """The statements of one C block; values of an enclosing block stay visible."""
+
+    def __init__(self, params, parent=None, indent="    "):
+        self.params = params
+        self.parent = parent
+        self.indent = indent
+        self.lines = []
+        self.cache = {}
+
+    def child(self):
+        return Block(self.params, self, self.indent + "    ")
+
+    def text(self):
+        return "\n".join(self.indent + line for line in self.lines)
+
+    def emit(self, line):
+        self.lines.append(line)
+
+    def declare(self, dtype, expr, prefix="v"):
+        name = self.params.fresh(prefix)
+        self.params.note_dtype(dtype)
+        self.emit(f"{ctype(dtype)} {name} = {expr};")
+        return name
+
+    def _lookup(self, key):
+        block = self
+        while block is not None:
+            if key in block.cache:
+                return block.cache[key]
+            block = block.parent
+        return None
+
+    # ---- values -------------------------------------------------------------------------
+    def value(self, op, coords):
+        """A C expression for `op` at `coords` (one C expression per axis)."""
+        coords = tuple(str(c) for c in coords)
+        key = (op, coords)
+        found = self._lookup(key)
+        if found is None:
+            if isinstance(op, Constant) and op.is_scalar:
+                found = literal(op.value, op.dtype)
+            elif self.params.plan.is_stored(op):
+                found = self.load(op, flat_index(coords, op.shape))
+            else:
+                found = self.compute(op, coords)
+            self.cache[key] = found
+        return found
+
+    def value_at_flat(self, op, flat):
+        """`op` at row-major offset `flat`: a stored op is loaded there directly."""
+        if self.params.plan.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
+            return self.load(op, flat)
+        var = self.declare(np.int32, flat, "i")
+        return self.value(op, unravel(var, op.shape))
+
+    def load(self, op, flat):
+        return self.declare(op.dtype, f"{self.params.tensor(op)}[{flat}]")
+
+    def compute(self, op, coords):
+        """`op` at `coords` from its arguments (the op is planned inline)."""
+        coords = tuple(str(c) for c in coords)
+        if isinstance(op, Cast):
+            (x,) = op.args
+            value = self.value(x, coords)
+            if op.dtype == np.bool_:
+                return self.declare(op.dtype, f"(({value}) != 0)")
+            return self.declare(op.dtype, f"({ctype(op.dtype)})({value})")
+        if isinstance(op, ElementWise):
+            t = ctype(op.dtype)
+            fields = {name: f"(({t}){self.value(a, broadcast_coords(coords, a.shape, op.shape))})"
+                      for name, a in zip(("x", "y"), op.args)}
+            expr = in_precision(op.c.format(out_ctype=t, **fields), op.dtype)
+            return self.declare(op.dtype, f"({t})({expr})")
+        if isinstance(op, Broadcast):
+            (x,) = op.args
+            return self.value(x, broadcast_coords(coords, x.shape, op.shape))
+        if isinstance(op, Transpose):
+            arg_coords = [None] * op.ndim
+            for i, axis in enumerate(op.axes):
+                arg_coords[axis] = coords[i]
+            return self.value(op.args[0], arg_coords)
+        if isinstance(op, Slice):
+            out = iter(coords)
+            arg_coords = []
+            for k in op.key:
+                if isinstance(k, int):
+                    arg_coords.append(str(k))
+                else:
+                    c = next(out)
+                    arg_coords.append(c if (k.start, k.step) == (0, 1)
+                                      else f"{k.start} + ({k.step}) * ({c})")
+            return self.value(op.args[0], arg_coords)
+        if isinstance(op, Reshape):
+            return self.value_at_flat(op.args[0], flat_index(coords, op.shape))
+        if isinstance(op, Gather):
+            (x,) = op.args
+            ends = self.params.graph_array(op.graph, op.by)
+            vertex = self.declare(np.int32, f"{ends}[{coords[0]}]", "n")
+            return self.value(x, (vertex,) + coords[1:])
+        if isinstance(op, DropoutMask):
+            return self.dropout(op, flat_index(coords, op.shape))
+        if isinstance(op, OneHot):
+            label = self.value(op.args[0], coords[:-1])
+            return self.declare(op.dtype, f"({label} == ({coords[-1]})) ? "
+                                f"{literal(1, op.dtype)} : {literal(0, op.dtype)}")
+        raise TypeError(f"the GPU transformer cannot compute {type(op).__name__} inline")
+
+    def dropout(self, op, flat):
+        """keep / (1 - rate), keep = u >= rate with u the Philox float at counter
+        step * size + flat: the numbers ngnn.philox gives the NumPy transformer."""
+        self.params.uses_step = True
+        seed = op.seed
+        base = f"((ulong)step * {op.size}UL)"
+        u = self.declare(np.float32, f"philox_uniform_at({seed & 0xFFFFFFFF}u, {seed >> 32}u, "
+                         f"(uint){base}, (uint)({base} >> 32), (uint)({flat}), 0u)", "u")
+        scale = op.dtype.type(1.0 / (1.0 - op.rate))
+        return self.declare(op.dtype, f"{u} >= {literal(op.rate, np.float32)} ? "
+                            f"{literal(scale, op.dtype)} : {literal(0, op.dtype)}")

@@ -1,0 +1,273 @@
+"""GPU kernels: one GPUKernel per planned root op, rendered from the Jinja templates.
+
+`GPUKernelGenerator.generate(root)` dispatches on the root's type (ngraph's
+`GPUKernelGroup.add_kernel`); every generator reads its inputs through `Block.value`, so
+the producers the plan put inline are fused into the kernel, and ElementWiseKernel (any
+op evaluable per element, plus everything fused into it) is the default.
+"""
+import numpy as np
+
+from ngnn.dispatch import TypeDispatched, on_type
+from ngnn.naming import Namer, sanitize
+from ngnn.op_graph import (Aggregate, Concat, Dot, EdgeSoftmax, LogSoftmax, Max, Mean, Min, Op,
+                           Reduction, Softmax, Unslice)
+
+from .expressions import (Block, KernelParams, broadcast_coords, ctype, extreme, flat_index,
+                          literal, unravel)
+from .runtime import template_environment
+
+PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softmax",
+            "gemm.j2": "gemm", "aggregate.j2": "agg", "edge_softmax.j2": "edge_softmax"}
+WORK_GROUP = 256
+GEMM_TILE = 16
+FEATURE_THREADS = 64
+
+
+def pow2_at_most(n, limit):
+    """The largest power of two <= min(n, limit), at least 1 (tree reductions need 2**k)."""
+    size = 1
+    while size * 2 <= min(n, limit):
+        size *= 2
+    return size
+
+
+def round_up(n, step):
+    return -(-n // step) * step
+
+
+class GPUKernel:
+    """A kernel of a computation: template and fields to render it in either dialect, the
+    launch geometry, and `bindings`, what each parameter is bound to at launch:
+    ("out", op), ("tensor", op), ("graph", graph, attribute) or ("step",)."""
+
+    def __init__(self, name, op, template, fields, params, global_size, local_size):
+        self.name = name
+        self.op = op
+        self.template = template
+        self.fields = fields
+        self.inputs = list(params.tensors)
+        self.uses_double = params.uses_double or op.dtype == np.float64
+        self.bindings = [("out", op)] + [("tensor", t) for t in params.tensors] + \
+            [("graph", g, attr) for g, attr in params.graph_arrays] + \
+            ([("step",)] if params.uses_step else [])
+        decls = [f"GLOBAL {ctype(op.dtype)}* RESTRICT out"]
+        decls += [f"GLOBAL const {ctype(t.dtype)}* RESTRICT {name}"
+                  for t, name in params.tensors.items()]
+        decls += [f"GLOBAL const int* RESTRICT {name}" for name in params.graph_arrays.values()]
+        decls += ["uint step"] if params.uses_step else []
+        self.signature = ", ".join(decls)
+        self.global_size = tuple(global_size)
+        self.local_size = tuple(local_size)
+
+    def render(self, dialect):
+        template = template_environment().get_template(self.template)
+        return template.render(dialect=dialect, name=self.name, params=self.signature,
+                               out="out", **self.fields).strip("\n")
+
+    def global_bytes(self):
+        """Bytes this kernel moves to and from global memory, counting each stored input
+        and the output once (what a perfectly cached run reads and writes)."""
+        return self.op.nbytes + sum(t.nbytes for t in self.inputs)
+
+    def __repr__(self):
+        return f"<GPUKernel {self.name} {self.template} global={self.global_size}>"
+
+
+generate = on_type
+
+
+class GPUKernelGenerator(TypeDispatched):
+    def __init__(self, plan):
+        self.plan = plan
+        self.namer = Namer()
+
+    def params(self):
+        return KernelParams(self.plan, taken=("out",))
+
+    def kernel(self, op, template, fields, params, global_size, local_size):
+        # The template's prefix keeps kernel names clear of C functions (exp, max, ...).
+        name = self.namer(f"{PREFIXES[template]}_{sanitize(op.name or op.op_name)}")
+        return GPUKernel(name, op, template, fields, params, global_size, local_size)
+
+    @generate.on_type(Op)
+    def generate(self, op):
+        params = self.params()
+        block = Block(params)
+        value = block.compute(op, unravel("gid", op.shape))
+        block.emit(f"out[gid] = {value};")
+        return self.elementwise(op, params, block)
+
+    def elementwise(self, op, params, block):
+        return self.kernel(op, "elementwise.j2", {"size": op.size, "body": block.text()},
+                           params, (round_up(op.size, WORK_GROUP),), (WORK_GROUP,))
+
+    @generate.on_type(Concat)
+    def generate(self, op):
+        params = self.params()
+        block = Block(params)
+        coords = unravel("gid", op.shape)
+        start = 0
+        for i, x in enumerate(op.args):
+            stop = start + x.shape[op.axis]
+            test = f"({coords[op.axis]}) < {stop}"
+            if i == len(op.args) - 1:
+                block.emit("} else {" if i else "{")
+            else:
+                block.emit(f"{'} else ' if i else ''}if ({test}) {{")
+            inner = block.child()
+            arg_coords = list(coords)
+            arg_coords[op.axis] = f"({coords[op.axis]}) - {start}" if start else coords[op.axis]
+            value = inner.value(x, arg_coords)
+            inner.emit(f"out[gid] = {value};")
+            block.lines.extend("    " + line for line in inner.lines)
+            start = stop
+        block.emit("}")
+        return self.elementwise(op, params, block)
+
+    @generate.on_type(Unslice)
+    def generate(self, op):
+        params = self.params()
+        block = Block(params)
+        coords = unravel("gid", op.shape)
+        tests, inner_coords = [], []
+        for c, k in zip(coords, op.key):
+            if isinstance(k, int):
+                tests.append(f"({c}) == {k}")
+                continue
+            last = k.start + k.step * (len(range(k.start, k.stop, k.step)) - 1)
+            low, high = min(k.start, last), max(k.start, last)
+            tests.append(f"({c}) >= {low} && ({c}) <= {high}")
+            if k.step != 1:
+                tests.append(f"(({c}) - {k.start}) % {k.step} == 0")
+            inner_coords.append(f"(({c}) - {k.start}) / {k.step}")
+        block.emit(f"if ({' && '.join(tests) or '1'}) {{")
+        inner = block.child()
+        inner.emit(f"out[gid] = {inner.value(op.args[0], inner_coords)};")
+        block.lines.extend("    " + line for line in inner.lines)
+        block.emit("} else {")
+        block.emit(f"    out[gid] = {literal(0, op.dtype)};")
+        block.emit("}")
+        return self.elementwise(op, params, block)
+
+    @generate.on_type(Reduction)
+    def generate(self, op):
+        (x,) = op.args
+        reduced = [x.shape[a] for a in op.axes]
+        kept = [s for i, s in enumerate(x.shape) if i not in op.axes]
+        count = int(np.prod(reduced, dtype=np.int64))
+        params = self.params()
+        block = Block(params, indent="        ")
+        kept_coords, reduced_coords = iter(unravel("o", kept)), iter(unravel("r", reduced))
+        coords = [next(reduced_coords) if i in op.axes else next(kept_coords)
+                  for i in range(x.ndim)]
+        acc = ctype(op.dtype)
+        value = f"(({acc}){block.value(x, coords)})"
+        if isinstance(op, (Max, Min)):
+            # Min subclasses Max in the op-graph, so test for Min.
+            better = "<" if isinstance(op, Min) else ">"
+            init = extreme(op.dtype, largest=isinstance(op, Min))
+            combine = "({b} " + better + " {a} ? {b} : {a})"
+            final = "partial[0]" if count else literal(0, op.dtype)
+        else:
+            init, combine = literal(0, op.dtype), "{a} + {b}"
+            final = f"partial[0] / {literal(max(count, 1), op.dtype)}" \
+                if isinstance(op, Mean) else "partial[0]"
+        local = pow2_at_most(count, WORK_GROUP)
+        fields = {"acc_type": acc, "local": local, "init": init, "count": count,
+                  "body": block.text(), "combine": combine.format(a="acc", b=value),
+                  "combine_tree": combine.format(a="partial[lid]", b="partial[lid + s]"),
+                  "final": final}
+        return self.kernel(op, "reduce.j2", fields, params, (op.size * local,), (local,))
+
+    @generate.on_type(Softmax)
+    def generate(self, op):
+        (x,) = op.args
+        count = x.shape[op.axis]
+        rows = [s for i, s in enumerate(x.shape) if i != op.axis]
+        params = self.params()
+        row_coords = unravel("o", rows)
+        coords = list(row_coords)
+        coords.insert(op.axis, "r")
+        fields = {"type": ctype(op.dtype), "lowest": extreme(op.dtype, largest=False),
+                  "count": count, "log": isinstance(op, LogSoftmax),
+                  "out_index": flat_index(coords, op.shape)}
+        for phase in ("max", "sum", "out"):
+            block = Block(params, indent="        ")
+            fields[f"value_{phase}"] = f"(({fields['type']}){block.value(x, coords)})"
+            fields[f"body_{phase}"] = block.text()
+        local = pow2_at_most(count, WORK_GROUP)
+        fields["local"] = local
+        num_rows = int(np.prod(rows, dtype=np.int64))
+        return self.kernel(op, "softmax.j2", fields, params, (num_rows * local,), (local,))
+
+    @generate.on_type(Dot)
+    def generate(self, op):
+        a, b = op.args
+        batch = op.shape[:len(op.shape) - (a.ndim > 1) - (b.ndim > 1)]
+        batch_coords = unravel("b", batch)
+        m = a.shape[-2] if a.ndim > 1 else 1
+        n = b.shape[-1] if b.ndim > 1 else 1
+        k = a.shape[-1]
+        params = self.params()
+        block_a = Block(params, indent="            ")
+        a_coords = broadcast_coords(batch_coords, a.shape[:-2], batch) + \
+            (["i"] if a.ndim > 1 else []) + ["ka"]
+        value_a = block_a.value(a, a_coords)
+        block_b = Block(params, indent="            ")
+        b_coords = broadcast_coords(batch_coords, b.shape[:-2], batch) + ["kb"] + \
+            (["j"] if b.ndim > 1 else [])
+        value_b = block_b.value(b, b_coords)
+        fields = {"type": ctype(op.dtype), "tile": GEMM_TILE, "m": m, "n": n, "k": k,
+                  "body_a": block_a.text(), "value_a": value_a,
+                  "body_b": block_b.text(), "value_b": value_b}
+        batches = int(np.prod(batch, dtype=np.int64))
+        return self.kernel(op, "gemm.j2", fields, params,
+                           (round_up(n, GEMM_TILE), round_up(m, GEMM_TILE), batches),
+                           (GEMM_TILE, GEMM_TILE, 1))
+
+    def csr(self, params, graph, at):
+        if at == "dst":
+            return params.graph_array(graph, "in_indptr"), params.graph_array(graph, "in_eids")
+        return params.graph_array(graph, "out_indptr"), params.graph_array(graph, "out_eids")
+
+    @generate.on_type(Aggregate)
+    def generate(self, op):
+        (x,) = op.args
+        params = self.params()
+        indptr, eids = self.csr(params, op.graph, op.at)
+        features = x.shape[1:]
+        block = Block(params, indent="            ")
+        acc = ctype(op.dtype)
+        value = f"(({acc}){block.value(x, ['eid'] + unravel('f', features))})"
+        if op.reduce in ("max", "min"):
+            better = ">" if op.reduce == "max" else "<"
+            init = extreme(op.dtype, largest=op.reduce == "min")
+            combine = f"({value} {better} acc ? {value} : acc)"
+        else:
+            init, combine = literal(0, op.dtype), f"acc + {value}"
+        final = "acc / (end - start)" if op.reduce == "mean" else "acc"
+        size = int(np.prod(features, dtype=np.int64))
+        local = pow2_at_most(size, FEATURE_THREADS)
+        fields = {"indptr": indptr, "eids": eids, "features": size, "acc_type": acc,
+                  "init": init, "body": block.text(), "combine": combine, "final": final}
+        return self.kernel(op, "aggregate.j2", fields, params,
+                           (op.graph.num_nodes * local,), (local,))
+
+    @generate.on_type(EdgeSoftmax)
+    def generate(self, op):
+        (x,) = op.args
+        params = self.params()
+        indptr, eids = self.csr(params, op.graph, op.at)
+        features = x.shape[1:]
+        coords = ["eid"] + unravel("f", features)
+        t = ctype(op.dtype)
+        fields = {"indptr": indptr, "eids": eids, "type": t,
+                  "lowest": extreme(op.dtype, largest=False),
+                  "features": int(np.prod(features, dtype=np.int64))}
+        for phase in ("max", "sum", "out"):
+            block = Block(params, indent="            ")
+            fields[f"value_{phase}"] = f"(({t}){block.value(x, coords)})"
+            fields[f"body_{phase}"] = block.text()
+        local = pow2_at_most(fields["features"], FEATURE_THREADS)
+        return self.kernel(op, "edge_softmax.j2", fields, params,
+                           (op.graph.num_nodes * local,), (local,))

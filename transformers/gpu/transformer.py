@@ -1,0 +1,224 @@
+"""The GPU transformer: each computation becomes one program of kernels over device buffers.
+
+Pipeline per computation (seed 002's design): the graph passes, then `KernelPlanning`
+decides which ops get a kernel and which are fused into their readers, the kernel
+generator renders one GPUKernel per planned root from the templates, the per-kernel memory
+plan assigns buffers, and a GPUKernelGroup (the executor) uploads parameters, launches the
+kernels in order, downloads the results and lands deferred assignments.
+
+Layout ops: a Reshape that is not fused is a view (same buffer, same row-major order);
+Transpose, Broadcast and Slice never get storage of their own unless they are results:
+their readers index through them.
+"""
+from functools import lru_cache
+
+import numpy as np
+
+from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
+
+from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
+from .kernels import GPUKernelGenerator
+from .planning import KernelPlanning, plan_memory
+from .runtime import get_runtime, available_runtimes, template_environment
+
+GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
+
+
+@lru_cache(maxsize=None)
+def shared_runtime(name):
+    """One runtime per process and name: device contexts are slow to create, and sharing
+    one lets every transformer reuse the programs already built on it."""
+    return get_runtime(name)
+
+
+_programs = {}     # (runtime name, source) -> {kernel name: runtime Kernel}
+
+
+def build_program(runtime, source, names):
+    key = (runtime.name, source)
+    if key not in _programs:
+        _programs[key] = runtime.build(source, names)
+    return _programs[key]
+
+
+class GPUDeviceBufferStorage(DeviceBufferStorage):
+    def allocate(self):
+        self.buffer = self.transformer.runtime.alloc(self.nbytes)
+        return self.buffer
+
+
+class GPUDeviceTensor(DeviceTensor):
+    @property
+    def buffer(self):
+        return self.storage.buffer
+
+    def get(self):
+        out = np.empty(self.shape, dtype=self.dtype)
+        self.storage.transformer.runtime.read(self.buffer, self.offset, out)
+        return out
+
+    def set(self, value):
+        array = np.ascontiguousarray(np.broadcast_to(np.asarray(value), self.shape),
+                                     dtype=self.dtype)
+        self.storage.transformer.runtime.write(self.buffer, self.offset, array)
+
+    def view(self, shape):
+        return GPUDeviceTensor(self.storage, self.offset, shape, self.dtype)
+
+
+def new_tensor(transformer, shape, dtype, name):
+    dtype = np.dtype(dtype)
+    storage = GPUDeviceBufferStorage(transformer, int(np.prod(shape, dtype=np.int64)) *
+                                     dtype.itemsize, name)
+    storage.allocate()
+    return GPUDeviceTensor(storage, 0, shape, dtype)
+
+
+def render_program(kernels, dialect):
+    fp64 = any(k.uses_double for k in kernels)
+    parts = [{"comment": f"{k.name}: {k.op.op_name} {list(k.op.shape)} {k.op.dtype}",
+              "text": k.render(dialect)} for k in kernels]
+    return template_environment().get_template("program.j2").render(
+        dialect=dialect, fp64=fp64, kernels=parts)
+
+
+class GPUKernelGroup:
+    """The executor: `kernels` in launch order; called with the parameter values and the
+    call number."""
+
+    def __init__(self, transformer, kernels, launches, parameters, results, deferred,
+                 label_checks):
+        self.transformer = transformer
+        self.kernels = kernels
+        self.launches = launches            # (runtime kernel, global, local, bound args)
+        self.parameters = parameters        # DeviceTensors, in call order
+        self.results = results              # DeviceTensors to download
+        self.deferred = deferred            # (value tensor, variable tensor)
+        self.label_checks = label_checks    # (parameter index, number of classes)
+
+    def __call__(self, *args):
+        *values, step = args
+        runtime = self.transformer.runtime
+        for index, classes in self.label_checks:
+            check_labels(values[index], classes)
+        for tensor, value in zip(self.parameters, values):
+            tensor.set(value)
+        for kernel, global_size, local_size, bound in self.launches:
+            call_args = [np.uint32(step) if a is None else a for a in bound]
+            runtime.launch(kernel, global_size, local_size, call_args)
+        outputs = [tensor.get() for tensor in self.results]
+        # Assignments land after every result is read, so results see the old values.
+        for value, variable in self.deferred:
+            runtime.copy(variable.buffer, variable.offset, value.buffer, value.offset,
+                         variable.nbytes)
+        return outputs
+
+
+def check_labels(labels, classes):
+    """The NumPy transformer's one-hot error, checked on the host before the upload."""
+    bad = labels[(labels < 0) | (labels >= classes)]
+    if bad.size:
+        raise ValueError(f"one_hot: class id {bad.flat[0]} is outside [0, {classes})")
+
+
+class GPUComputation(Computation):
+    def source_for(self, dialect):
+        """The computation's kernels rendered for `dialect` ("cuda" or "opencl")."""
+        self.transform()
+        return render_program(self.executor.kernels, dialect)
+
+
+class GPUTransformer(Transformer):
+    """make_transformer("gpu", runtime=None | "cuda" | "opencl"): None picks CUDA when an
+    NVIDIA device is present, else OpenCL."""
+
+    name = "gpu"
+    computation_class = GPUComputation
+
+    def __init__(self, runtime=None, **options):
+        super().__init__(**options)
+        if runtime is None:
+            available = available_runtimes()
+            runtime = available[0] if available else None
+        self.runtime = shared_runtime(runtime) if runtime is not None else get_runtime()
+        self.constant_tensors = {}
+        self.graph_tensors = {}
+
+    def is_view(self, op):
+        return isinstance(op, Reshape)
+
+    def late_passes(self):
+        return [KernelPlanning()]
+
+    def allocate_variable(self, variable):
+        return new_tensor(self, variable.shape, variable.dtype, variable.name)
+
+    def constant_tensor(self, op):
+        if op not in self.constant_tensors:
+            tensor = new_tensor(self, op.shape, op.dtype, op.name)
+            tensor.set(op.value)
+            self.constant_tensors[op] = tensor
+        return self.constant_tensors[op]
+
+    def graph_tensor(self, graph, attribute):
+        """A graph's index array on the device, as int32 (uploaded once per graph)."""
+        key = (graph, attribute)
+        if key not in self.graph_tensors:
+            array = np.asarray(getattr(graph, attribute))
+            self.graph_tensors[key] = new_tensor(self, array.shape, np.int32, attribute)
+            self.graph_tensors[key].set(array.astype(np.int32))
+        return self.graph_tensors[key]
+
+    def transform_ordered_ops(self, computation):
+        plan = computation.kernel_plan
+        generator = GPUKernelGenerator(plan)
+        kernels = [generator.generate(root) for root in plan.kernels]
+        assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
+        memory = plan_memory(plan, {k.op: k.inputs for k in kernels}, computation.results,
+                             [a.args[1] for a in assigns])
+        computation.memory_plan = memory
+        buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
+                   for i, nbytes in enumerate(memory.buffer_bytes)]
+        for storage in buffers:
+            storage.allocate()
+        placeholders = {p: new_tensor(self, p.shape, p.dtype, p.name)
+                        for p in computation.parameters}
+
+        def tensor_of(op):
+            if isinstance(op, Assign):
+                return tensor_of(op.args[1])
+            base = plan.base(op)
+            if isinstance(base, Placeholder):
+                tensor = placeholders[base]
+            elif isinstance(base, Variable):
+                tensor = self.variable_tensor(base)
+            elif isinstance(base, Constant):
+                tensor = self.constant_tensor(base)
+            else:
+                tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
+            return tensor.view(op.shape)
+
+        source = render_program(kernels, self.runtime.dialect)
+        built = build_program(self.runtime, source, [k.name for k in kernels])
+        launches = []
+        for k in kernels:
+            if not all(k.global_size):
+                continue              # an empty tensor: nothing to compute
+            bound = []
+            for binding in k.bindings:
+                if binding[0] in ("out", "tensor"):
+                    bound.append(tensor_of(binding[1]).buffer)
+                elif binding[0] == "graph":
+                    bound.append(self.graph_tensor(*binding[1:]).buffer)
+                else:
+                    bound.append(None)      # the call number, known at launch
+            launches.append((built[k.name], k.global_size, k.local_size, bound))
+        label_checks = [(computation.parameters.index(op.args[0]), op.num_classes)
+                        for op in computation.ordered_ops
+                        if isinstance(op, OneHot) and op.args[0] in placeholders]
+        computation.executor = GPUKernelGroup(
+            self, kernels, launches, [placeholders[p] for p in computation.parameters],
+            [tensor_of(r) for r in computation.results],
+            [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns],
+            label_checks)
+        computation._source = source
