@@ -1,9 +1,20 @@
 import pytest
 
-import ngnn.transformers
 from ngnn import transformers as ngt
 
 
-@pytest.fixture(params=ngnn.transformers.transformer_choices())
+@pytest.fixture(params=ngt.transformer_choices())
 def transformer_factory(request):
-    return lambda **kw: ngt.make_transformer(request.param, **kw)
+    """`make(**options)` creates a transformer of the parametrized kind; every transformer
+    made is closed at teardown, so a failing test does not leak device memory."""
+    made = []
+
+    def make(**options):
+        t = ngt.make_transformer(request.param, **options)
+        made.append(t)
+        return t
+
+    make.name = request.param
+    yield make
+    for t in made:
+        t.close()

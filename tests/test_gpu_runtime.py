@@ -1,6 +1,7 @@
 """The GPU runtime layer: the dialect prelude, Philox on host and device, the OpenCL runtime
 (PoCL on machines without a GPU), nvcc compiles of the CUDA renderings, the compile cache."""
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -279,14 +280,133 @@ def test_runtime_selection_and_errors():
             get_runtime("cuda")
 
 
-def test_cuda_runtime_on_real_gpu(tmp_path):
-    pytest.importorskip("pycuda.driver")
-    if runtime_unavailable_reason("cuda") is not None:
-        pytest.skip(f"no usable CUDA device: {runtime_unavailable_reason('cuda')}")
-    with get_runtime("cuda", cache=CompileCache(tmp_path)) as cuda:
-        fill = cuda.build(render_prelude("cuda") + KERNELS, ["uniform_fill"])["uniform_fill"]
-        out = cuda.alloc(4 * 300)
-        cuda.launch(fill, (320,), (64,),
-                    [out, np.int32(300), *halves(7), *halves(2 ** 32 - 5), np.uint32(2)])
-        got = download(cuda, out, np.float32, 300)
-    np.testing.assert_array_equal(got, philox.uniform(7, 2 ** 32 - 5, 300, 2))
+class FakeCuda:
+    """Just enough of pycuda.driver and pycuda.compiler for CUDARuntime, recording each call;
+    device memory is a bytearray addressed by integer pointers as in CUDA."""
+
+    class Error(Exception):
+        pass
+
+    class CompileError(Error):
+        pass
+
+    class LogicError(Error):
+        pass
+
+    def __init__(self):
+        self.calls = []
+        self.memory = bytearray()
+        fake = self
+
+        class Device:
+            @staticmethod
+            def count():
+                return 1
+
+            def __init__(self, index):
+                self.index = index
+
+            def name(self):
+                return "Fake GPU"
+
+            def compute_capability(self):
+                return (8, 6)
+
+            def make_context(self):
+                return Context()
+
+        class Context:
+            def detach(self):
+                fake.calls.append(("detach",))
+
+        class Stream:
+            def synchronize(self):
+                pass
+
+        class Module:
+            def get_function(self, name):
+                if name != "scale":
+                    raise fake.LogicError(name)
+                return Function()
+
+        class Function:
+            def __call__(self, *args, block, grid, stream):
+                fake.calls.append(("launch", args, block, grid))
+
+        self.Device, self.Stream = Device, Stream
+        self.module_from_buffer = lambda cubin: (self.calls.append(("module", cubin)), Module())[1]
+
+    def init(self):
+        self.calls.append(("init",))
+
+    def mem_alloc(self, nbytes):
+        pointer = len(self.memory) + 256       # never 0, like a real device pointer
+        self.memory.extend(bytes(nbytes + 256))
+        self.calls.append(("alloc", nbytes))
+        return pointer
+
+    def memcpy_htod(self, pointer, array):
+        self.memory[pointer - 256:pointer - 256 + array.nbytes] = array.tobytes()
+        self.calls.append(("htod", pointer, array.nbytes))
+
+    def memcpy_dtoh(self, array, pointer):
+        array[...] = np.frombuffer(self.memory, array.dtype, array.size, pointer - 256) \
+            .reshape(array.shape)
+        self.calls.append(("dtoh", pointer, array.nbytes))
+
+    def memcpy_dtod_async(self, dst, src, nbytes, stream):
+        self.memory[dst - 256:dst - 256 + nbytes] = self.memory[src - 256:src - 256 + nbytes]
+        self.calls.append(("dtod", dst, src, nbytes))
+
+    def memset_d8(self, pointer, value, nbytes):
+        self.memory[pointer - 256:pointer - 256 + nbytes] = bytes([value]) * nbytes
+
+    def compile(self, source, options, no_extern_c, arch, cache_dir):
+        self.calls.append(("compile", options, no_extern_c, arch, cache_dir))
+        return b"cubin:" + source.encode()
+
+
+def test_cuda_runtime_drives_pycuda(monkeypatch, tmp_path):
+    """CUDARuntime against a fake pycuda: allocations, copies with offsets, compile options,
+    and launch geometry (grid = global / local, block = local) without an NVIDIA GPU."""
+    import types
+    fake = FakeCuda()
+    pycuda = types.ModuleType("pycuda")
+    compiler = types.ModuleType("pycuda.compiler")
+    compiler.compile = fake.compile
+    pycuda.driver, pycuda.compiler = fake, compiler
+    monkeypatch.setitem(sys.modules, "pycuda", pycuda)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", fake)
+    monkeypatch.setitem(sys.modules, "pycuda.compiler", compiler)
+    from ngnn.transformers.gpu.runtime.cuda import CUDARuntime
+
+    cuda = CUDARuntime(cache=CompileCache(tmp_path), options=["-O3"])
+    assert (cuda.device_name, cuda.arch, cuda.dialect) == ("Fake GPU", "sm_86", "cuda")
+    buf = cuda.alloc(40)
+    empty = cuda.alloc(0)
+    assert (buf.nbytes, empty.nbytes) == (40, 0)
+    assert ("alloc", 1) in fake.calls              # zero-byte buffers still get a pointer
+    cuda.fill_zero(buf)
+    cuda.write(buf, 8, np.arange(1, 4, dtype=np.float32))
+    assert ("htod", buf.handle + 8, 12) in fake.calls
+    part = np.empty(2, np.float32)
+    cuda.read(buf, 12, part)
+    assert part.tolist() == [2, 3] and ("dtoh", buf.handle + 12, 8) in fake.calls
+    other = cuda.alloc(8)
+    cuda.copy(other, 4, buf, 8, 4)
+    assert ("dtod", other.handle + 4, buf.handle + 8, 4) in fake.calls
+    assert download(cuda, other, np.float32, 2).tolist() == [0, 1]
+
+    source = render_prelude("cuda") + "KERNEL void scale(float* x) { x[0] *= 2.0f; }"
+    kernels = cuda.build(source, ["scale"])
+    assert ("compile", ["-O3"], True, "sm_86", False) in fake.calls
+    cuda.build(source, ["scale"])                  # the second build comes from the cache
+    assert sum(call[0] == "compile" for call in fake.calls) == 1
+    with pytest.raises(RuntimeError, match="'missing' is not defined"):
+        cuda.build(source, ["missing"])
+    cuda.launch(kernels["scale"], (256, 6), (64, 2), [buf, np.int32(3)])
+    launch = [call for call in fake.calls if call[0] == "launch"][-1]
+    assert launch[1] == (buf.handle, np.int32(3))
+    assert (launch[2], launch[3]) == ((64, 2, 1), (4, 3, 1))
+    cuda.close()
+    assert fake.calls[-1] == ("detach",)

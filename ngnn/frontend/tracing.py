@@ -34,10 +34,11 @@ class LocalFeature(Op):
 
 
 class LocalDegree(Leaf):
-    """The in- or out-degree of the current vertex (scope v) or of a neighbour."""
+    """The in- or out-degree of the current vertex (scope v) or of a neighbour, in the float
+    dtype of the context's features (so float64 models stay float64)."""
 
     def __init__(self, which, scope, context):
-        super().__init__((), np.float32, scope=scope)
+        super().__init__((), context.float_dtype, scope=scope)
         self.which = which
         self.zoom = context
 
@@ -166,6 +167,9 @@ class ZoomContext:
         self.graph = graph
         self.node_features = _features(node_feat, "node_feat", graph.num_nodes, "nodes")
         self.edge_features = _features(edge_feat, "edge_feat", graph.num_edges, "edges")
+        self.float_dtype = next((f.dtype for f in (*self.node_features.values(),
+                                                   *self.edge_features.values())
+                                 if f.dtype.kind == "f"), np.dtype(np.float32))
         self.state = "new"
         self.leaves = {}            # (kind, name or degree, scope) -> traced leaf
         self.lowering = None        # shared by every zoomOut of this context

@@ -1,2 +1,3 @@
 """Neural network layers and models."""
 from .layers import GATConv, GCNConv, GINConv, Layer, SAGEConv  # noqa: F401
+from .models import GAT, GCN, GIN, GraphSAGE, Model  # noqa: F401

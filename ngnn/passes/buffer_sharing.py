@@ -61,7 +61,10 @@ def plan_memory(steps, results, transformer):
     last_use = {}
     for i, step in enumerate(steps):
         for arg in reads_writes(step, transformer)[0]:
-            last_use[root_of(arg)] = end if isinstance(step, Assign) else i
+            # max: an assignment reads its value at the very end, even when the
+            # assignment comes before other readers in the order.
+            last_use[root_of(arg)] = max(last_use.get(root_of(arg), -1),
+                                         end if isinstance(step, Assign) else i)
     for r in results:
         last_use[root_of(r.forwarded)] = end
 

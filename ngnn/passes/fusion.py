@@ -67,7 +67,7 @@ class Fusion(GraphPass):
     groups instead of reading them from memory; `max_recompute` bounds the ops recomputed
     for one value."""
 
-    def __init__(self, recompute=True, max_recompute=8):
+    def __init__(self, recompute=True, max_recompute=16):
         self.recompute = recompute
         self.max_recompute = max_recompute
 

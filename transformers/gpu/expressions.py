@@ -12,8 +12,8 @@ import re
 import numpy as np
 
 from ngnn.naming import Namer, sanitize
-from ngnn.op_graph import (Broadcast, Cast, Constant, DropoutMask, ElementWise, Gather, OneHot,
-                           Reshape, Slice, Transpose)
+from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, DropoutMask, EdgeSoftmax,
+                           ElementWise, Gather, OneHot, Reshape, Slice, Transpose)
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "char", "int16": "short",
           "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort",
@@ -144,9 +144,47 @@ class Block:
         self.indent = indent
         self.lines = []
         self.cache = {}
+        self.loop = None          # (edge id, graph, end, vertex, hoisting block) of a loop body
 
     def child(self):
         return Block(self.params, self, self.indent + "    ")
+
+    def nest(self, child):
+        self.lines.extend("    " + line for line in child.lines)
+
+    def _loop_of(self, eid):
+        """The enclosing edge loop whose edge id variable is `eid`, if any."""
+        block = self
+        while block is not None:
+            if block.loop is not None and block.loop[0] == eid:
+                return block.loop
+            block = block.parent
+        return None
+
+    def edge_loop(self, graph, at, vertex, pre=None):
+        """Opens a loop over the edges of `vertex` (its in-edges for at="dst"): returns the
+        loop body block, its edge id variable and a function that closes the loop. Values
+        the body asks to hoist go to `pre`, a block emitted just before the loop."""
+        prefix = "in" if at == "dst" else "out"
+        indptr = self.params.graph_array(graph, f"{prefix}_indptr")
+        eids = self.params.graph_array(graph, f"{prefix}_eids")
+        pre = pre or self
+        start = pre.declare(np.int32, f"{indptr}[{vertex}]", "start")
+        end = pre.declare(np.int32, f"{indptr}[{vertex} + 1]", "end")
+        k = self.params.fresh("k")
+        body = Block(self.params, pre, self.indent + "    ")
+        eid = body.declare(np.int32, f"{eids}[{k}]", "eid")
+        body.loop = (eid, graph, at, vertex, pre)
+        header = f"for (int {k} = {start}; {k} < {end}; ++{k}) {{"
+
+        def close():
+            if pre is not self:
+                self.lines.extend(pre.lines)
+                self.cache.update(pre.cache)
+            self.emit(header)
+            self.nest(body)
+            self.emit("}")
+        return body, eid, (start, end), close
 
     def text(self):
         return "\n".join(self.indent + line for line in self.lines)
@@ -232,9 +270,17 @@ class Block:
             return self.value_at_flat(op.args[0], flat_index(coords, op.shape))
         if isinstance(op, Gather):
             (x,) = op.args
-            ends = self.params.graph_array(op.graph, op.by)
-            vertex = self.declare(np.int32, f"{ends}[{coords[0]}]", "n")
-            return self.value(x, (vertex,) + coords[1:])
+            loop = self._loop_of(coords[0])
+            if loop and loop[1] is op.graph and loop[2] == op.by and \
+                    not any(loop[0] in c for c in coords[1:]):
+                # Inside a loop over this vertex's edges: the gathered value is the
+                # vertex's own, computed once before the loop.
+                return loop[4].value(x, (loop[3],) + coords[1:])
+            return self.value(x, (self.end_vertex(op.graph, op.by, coords[0]),) + coords[1:])
+        if isinstance(op, Aggregate):
+            return self.aggregate(op, coords)
+        if isinstance(op, EdgeSoftmax):
+            return self.edge_softmax(op, coords)
         if isinstance(op, DropoutMask):
             return self.dropout(op, flat_index(coords, op.shape))
         if isinstance(op, OneHot):
@@ -242,6 +288,65 @@ class Block:
             return self.declare(op.dtype, f"({label} == ({coords[-1]})) ? "
                                 f"{literal(1, op.dtype)} : {literal(0, op.dtype)}")
         raise TypeError(f"the GPU transformer cannot compute {type(op).__name__} inline")
+
+    def end_vertex(self, graph, end, eid):
+        """The source or destination vertex of edge `eid`, loaded once per block."""
+        key = ("vertex", graph, end, eid)
+        found = self._lookup(key)
+        if found is None:
+            ends = self.params.graph_array(graph, end)
+            found = self.cache[key] = self.declare(np.int32, f"{ends}[{eid}]", "n")
+        return found
+
+    def aggregate(self, op, coords):
+        """seed 000's aggInit / aggCompute / aggWrite: a loop over the vertex's edges with
+        the edge values computed in registers (edgeCompute)."""
+        t = ctype(op.dtype)
+        acc = self.params.fresh("acc")
+        best = ">" if op.reduce == "max" else "<"
+        init = extreme(op.dtype, largest=op.reduce == "min") \
+            if op.reduce in ("max", "min") else literal(0, op.dtype)
+        pre = Block(self.params, self, self.indent)
+        pre.emit(f"{t} {acc} = {init};")
+        body, eid, (start, end), close = self.edge_loop(op.graph, op.at, coords[0], pre)
+        x = f"(({t}){body.value(op.args[0], (eid,) + coords[1:])})"
+        body.emit(f"{acc} = {x} {best} {acc} ? {x} : {acc};" if op.reduce in ("max", "min")
+                  else f"{acc} += {x};")
+        close()
+        final = f"{acc} / ({t})({end} - {start})" if op.reduce == "mean" else acc
+        return self.declare(op.dtype, f"{end} > {start} ? {final} : {literal(0, op.dtype)}")
+
+    def edge_softmax(self, op, coords):
+        """exp(x - max) / sum over the edges of the edge's vertex. Inside an aggregation's
+        loop over the same vertex the max and sum are computed once, before that loop."""
+        eid, rest = coords[0], coords[1:]
+        loop = self._loop_of(eid)
+        if loop and loop[1] is op.graph and loop[2] == op.at and \
+                not any(eid in c for c in rest):
+            vertex, outer = loop[3], loop[4]
+        else:
+            vertex, outer = self.end_vertex(op.graph, op.at, eid), self
+        key = ("softmax statistics", op, vertex, rest)
+        stats = outer._lookup(key)
+        if stats is None:
+            stats = outer.softmax_statistics(op, vertex, rest)
+            outer.cache[key] = stats
+        x = self.value(op.args[0], coords)
+        t = ctype(op.dtype)
+        return self.declare(op.dtype, f"exp(({t}){x} - {stats[0]}) / {stats[1]}")
+
+    def softmax_statistics(self, op, vertex, rest):
+        t = ctype(op.dtype)
+        peak, total = self.params.fresh("peak"), self.params.fresh("total")
+        self.emit(f"{t} {peak} = {extreme(op.dtype, largest=False)};")
+        self.emit(f"{t} {total} = 0;")
+        for update in (f"{peak} = {{x}} > {peak} ? {{x}} : {peak};",
+                       f"{total} += exp({{x}} - {peak});"):
+            body, eid, _, close = self.edge_loop(op.graph, op.at, vertex)
+            x = f"(({t}){body.value(op.args[0], (eid,) + rest)})"
+            body.emit(update.format(x=x))
+            close()
+        return peak, total
 
     def dropout(self, op, flat):
         """keep / (1 - rate), keep = u >= rate with u the Philox float at counter

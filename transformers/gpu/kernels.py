@@ -236,7 +236,9 @@ class GPUKernelGenerator(TypeDispatched):
         params = self.params()
         indptr, eids = self.csr(params, op.graph, op.at)
         features = x.shape[1:]
-        block = Block(params, indent="            ")
+        hoisted = Block(params, indent="        ")
+        block = Block(params, hoisted, indent="            ")
+        block.loop = ("eid", op.graph, op.at, "vertex", hoisted)
         acc = ctype(op.dtype)
         value = f"(({acc}){block.value(x, ['eid'] + unravel('f', features))})"
         if op.reduce in ("max", "min"):
@@ -249,7 +251,8 @@ class GPUKernelGenerator(TypeDispatched):
         size = int(np.prod(features, dtype=np.int64))
         local = pow2_at_most(size, FEATURE_THREADS)
         fields = {"indptr": indptr, "eids": eids, "features": size, "acc_type": acc,
-                  "init": init, "body": block.text(), "combine": combine, "final": final}
+                  "init": init, "hoisted": hoisted.text(), "body": block.text(),
+                  "combine": combine, "final": final}
         return self.kernel(op, "aggregate.j2", fields, params,
                            (op.graph.num_nodes * local,), (local,))
 

@@ -11,8 +11,9 @@ disappears into the aggregation.
 Liveness is per kernel, not per op: a kernel reads all its inputs while it writes its
 output, so an input's buffer is freed only after the last kernel that reads it.
 """
-from ngnn.op_graph import (Assign, Broadcast, Constant, DropoutMask, ElementWise, Gather,
-                           OneHot, Placeholder, Reshape, Slice, Transpose, Variable)
+from ngnn.op_graph import (Aggregate, Assign, Broadcast, Constant, DropoutMask, EdgeSoftmax,
+                           ElementWise, Gather, OneHot, Placeholder, Reshape, Slice, Transpose,
+                           Variable)
 from ngnn.passes import GraphPass, MemoryPlan
 
 # Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
@@ -39,6 +40,27 @@ class KernelPlan:
         return op not in self.inline
 
 
+def fusable_into(op, readers, root, edge_loops):
+    """May `op` be computed inside `root`'s kernel, given its readers there?
+
+    An aggregation runs a loop over a vertex's edges each time it is evaluated, so it is
+    fused only as the input of element-wise node ops (seed 000's nodeCompute), one
+    evaluation per output element, or where a loop over the same vertex's edges gathers it
+    (softmax-style max, then sum, then weighted sum: each computed once before the next). An edge softmax is fused only where an aggregation over
+    the same edges reads it: its per-vertex max and sum are then computed once, before that
+    aggregation's loop."""
+    if isinstance(op, Aggregate):
+        node_compute = isinstance(root, ElementWise) and root.shape == op.shape and \
+            all(isinstance(r, ElementWise) and r.shape == op.shape for r in readers)
+        own_vertex = (op.graph, op.at) in edge_loops.get(root, ()) and \
+            all(isinstance(r, Gather) and r.graph is op.graph and r.by == op.at
+                for r in readers)
+        return node_compute or own_vertex
+    if isinstance(op, EdgeSoftmax):
+        return (op.graph, op.at) in edge_loops.get(root, ())
+    return isinstance(op, INLINE_OPS)
+
+
 def plan_kernels(ops, results):
     users = {op: [] for op in ops}
     for op in ops:
@@ -46,20 +68,26 @@ def plan_kernels(ops, results):
             users[a].append(op)
     results = set(results)
     kernel_of = {}            # op -> the root whose kernel computes it
+    edge_loops = {}           # root -> (graph, end) of the aggregations its kernel runs
     inline, views = set(), set()
     for op in reversed(ops):
         if isinstance(op, LEAVES + (Assign,)):
             continue
         readers = users[op]
-        if isinstance(op, INLINE_OPS) and op not in results and readers and \
-                all(r in kernel_of for r in readers) and \
-                len({kernel_of[r] for r in readers}) == 1:
+        root = kernel_of.get(readers[0]) if readers else None
+        if op not in results and root is not None and \
+                all(kernel_of.get(r) is root for r in readers) and \
+                fusable_into(op, readers, root, edge_loops):
             inline.add(op)
-            kernel_of[op] = kernel_of[readers[0]]
+            kernel_of[op] = root
+            if isinstance(op, Aggregate):
+                edge_loops.setdefault(root, set()).add((op.graph, op.at))
         elif isinstance(op, Reshape):
             views.add(op)           # same bytes, same order: no kernel, no buffer
         else:
             kernel_of[op] = op
+            if isinstance(op, Aggregate):
+                edge_loops[op] = {(op.graph, op.at)}
     kernels = [op for op in ops if kernel_of.get(op) is op]
     return KernelPlan(kernels, inline, views)
 

@@ -19,7 +19,7 @@ from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variab
 from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
 from .kernels import GPUKernelGenerator
 from .planning import KernelPlanning, plan_memory
-from .runtime import get_runtime, available_runtimes, template_environment
+from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 
 GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
 
@@ -32,6 +32,9 @@ def shared_runtime(name):
 
 
 _programs = {}     # (runtime name, source) -> {kernel name: runtime Kernel}
+# Every computation's kernels, so tests can compile each kernel this process produced for
+# the dialect it did not run in (tests/test_nvcc_all_kernels.py).
+generated_kernels = []
 
 
 def build_program(runtime, source, names):
@@ -75,6 +78,8 @@ def new_tensor(transformer, shape, dtype, name):
 
 
 def render_program(kernels, dialect):
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown kernel dialect {dialect!r}; expected one of {DIALECTS}")
     fp64 = any(k.uses_double for k in kernels)
     parts = [{"comment": f"{k.name}: {k.op.op_name} {list(k.op.shape)} {k.op.dtype}",
               "text": k.render(dialect)} for k in kernels]
@@ -106,12 +111,12 @@ class GPUKernelGroup:
         for kernel, global_size, local_size, bound in self.launches:
             call_args = [np.uint32(step) if a is None else a for a in bound]
             runtime.launch(kernel, global_size, local_size, call_args)
-        outputs = [tensor.get() for tensor in self.results]
-        # Assignments land after every result is read, so results see the old values.
+        # Assignments land after every kernel, so every read saw the old values; a variable
+        # among the results then reads as its new value, as on the NumPy transformer.
         for value, variable in self.deferred:
             runtime.copy(variable.buffer, variable.offset, value.buffer, value.offset,
                          variable.nbytes)
-        return outputs
+        return [tensor.get() for tensor in self.results]
 
 
 def check_labels(labels, classes):
@@ -148,7 +153,11 @@ class GPUTransformer(Transformer):
         return isinstance(op, Reshape)
 
     def late_passes(self):
-        return [KernelPlanning()]
+        # Fusion only records its groups here (comp.fusion_groups, shown in the IR): the
+        # kernel plan fuses by itself, through index expressions.
+        from ngnn.passes import Fusion
+        fusion = [Fusion(recompute=self.recompute)] if self.fusion else []
+        return fusion + [KernelPlanning()]
 
     def allocate_variable(self, variable):
         return new_tensor(self, variable.shape, variable.dtype, variable.name)
@@ -198,6 +207,7 @@ class GPUTransformer(Transformer):
                 tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
             return tensor.view(op.shape)
 
+        generated_kernels.append(kernels)
         source = render_program(kernels, self.runtime.dialect)
         built = build_program(self.runtime, source, [k.name for k in kernels])
         launches = []

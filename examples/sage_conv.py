@@ -1,0 +1,19 @@
+"""SAGEConv (mean aggregator) on Cora.
+
+Run: python examples/sage_conv.py
+"""
+import ngnn as ng
+from ngnn import datasets, nn
+from ngnn import transformers as ngt
+
+data = datasets.load("cora")
+g = data.graph
+h = ng.placeholder(data.features.shape, dtype=data.features.dtype, name="h")
+layer = nn.SAGEConv(data.num_features, 16)
+out = layer(g, h)
+
+with ngt.make_transformer("numpy") as t:
+    comp = t.computation(out, h)
+    print(data.summary())
+    print("output shape:", comp(data.features).shape)
+    print(comp.ir)

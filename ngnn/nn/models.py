@@ -1,0 +1,130 @@
+"""Node-classification models built from the layers: GCN, GAT, GraphSAGE and GIN.
+
+A model is called as `model(g, x, training)` and returns the logits node tensor (N, classes).
+Dropout exists only in the graph built with training=True, so a trainer builds the training
+graph and the evaluation graph from two calls on the same variables.
+"""
+import numpy as np
+
+import ngnn as ng
+from ngnn.graph import Graph
+
+from .layers import GATConv, GCNConv, GINConv, SAGEConv
+
+_self_looped = {}
+
+
+def with_self_loops(g):
+    """g with exactly one self loop per vertex (existing loops are dropped first, so a graph
+    that already has some is not double counted). Cached per graph: graphs compare by
+    identity, and the training and evaluation graphs should share one."""
+    if g not in _self_looped:
+        keep = g.src != g.dst
+        _self_looped.clear()    # one entry: models are trained on one graph at a time
+        _self_looped[g] = Graph.from_edges(g.src[keep], g.dst[keep],
+                                           num_nodes=g.num_nodes).add_self_loops()
+    return _self_looped[g]
+
+
+def _layer_seeds(seed, count):
+    # Independent streams for the layers, so changing one layer's size leaves the others'
+    # initial weights alone.
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
+
+
+class Model:
+    """Base class: `layers` is a list of (name, layer); parameters are named "<layer>.<param>"."""
+
+    def __init__(self):
+        self.layers = []
+
+    def parameters(self):
+        return [p for _, layer in self.layers for p in layer.parameters()]
+
+    def named_parameters(self):
+        """[(name, variable)], names unique within the model (for checkpoints)."""
+        return [(f"{name}.{p.name.rsplit('.', 1)[-1]}", p)
+                for name, layer in self.layers for p in layer.parameters()]
+
+    def _dropout(self, h, training):
+        return ng.dropout(h, self.dropout) if training and self.dropout else h
+
+
+class GCN(Model):
+    """Kipf & Welling (2017): dropout, GCNConv, ReLU, dropout, GCNConv over A + I."""
+
+    def __init__(self, in_feats, hidden, num_classes, dropout=0.5, seed=0, dtype=np.float32):
+        super().__init__()
+        s1, s2 = _layer_seeds(seed, 2)
+        self.dropout = dropout
+        self.layers = [("conv1", GCNConv(in_feats, hidden, seed=s1, dtype=dtype)),
+                       ("conv2", GCNConv(hidden, num_classes, seed=s2, dtype=dtype))]
+
+    def __call__(self, g, x, training=False):
+        g = with_self_loops(g)
+        (_, conv1), (_, conv2) = self.layers
+        h = ng.relu(conv1(g, self._dropout(x, training), training))
+        return conv2(g, self._dropout(h, training), training)
+
+
+class GAT(Model):
+    """Veličković et al. (2018): `heads` attention heads of `hidden` features, concatenated,
+    ELU, then one head giving the logits; dropout on each layer's input and on the attention
+    coefficients. Self loops let a vertex attend to itself, as in the paper."""
+
+    def __init__(self, in_feats, hidden=8, heads=8, num_classes=None, dropout=0.6,
+                 negative_slope=0.2, seed=0, dtype=np.float32):
+        super().__init__()
+        if num_classes is None:
+            raise TypeError("GAT: num_classes is required")
+        s1, s2 = _layer_seeds(seed, 2)
+        self.dropout = dropout
+        self.layers = [
+            ("conv1", GATConv(in_feats, hidden, heads, feat_drop=dropout, attn_drop=dropout,
+                              negative_slope=negative_slope, seed=s1, dtype=dtype)),
+            ("conv2", GATConv(heads * hidden, num_classes, 1, feat_drop=dropout,
+                              attn_drop=dropout, negative_slope=negative_slope, seed=s2,
+                              dtype=dtype))]
+
+    def __call__(self, g, x, training=False):
+        g = with_self_loops(g)
+        (_, conv1), (_, conv2) = self.layers
+        h = conv1(g, x, training)
+        h = ng.elu(ng.reshape(h, (h.shape[0], h.shape[1] * h.shape[2])))
+        out = conv2(g, h, training)
+        return ng.reshape(out, (out.shape[0], out.shape[2]))
+
+
+class GraphSAGE(Model):
+    """Hamilton et al. (2017), mean aggregator, full batch: SAGEConv, ReLU, dropout, SAGEConv."""
+
+    def __init__(self, in_feats, hidden, num_classes, dropout=0.5, seed=0, dtype=np.float32):
+        super().__init__()
+        s1, s2 = _layer_seeds(seed, 2)
+        self.dropout = dropout
+        self.layers = [("conv1", SAGEConv(in_feats, hidden, seed=s1, dtype=dtype)),
+                       ("conv2", SAGEConv(hidden, num_classes, seed=s2, dtype=dtype))]
+
+    def __call__(self, g, x, training=False):
+        (_, conv1), (_, conv2) = self.layers
+        h = ng.relu(conv1(g, self._dropout(x, training), training))
+        return conv2(g, self._dropout(h, training), training)
+
+
+class GIN(Model):
+    """Xu et al. (2019) for node classification: two GINConv layers (each a 2-layer MLP over
+    (1 + eps) h + the sum of the neighbours' h), ReLU and dropout between them."""
+
+    def __init__(self, in_feats, hidden, num_classes, dropout=0.5, eps=0.0, seed=0,
+                 dtype=np.float32):
+        super().__init__()
+        s1, s2 = _layer_seeds(seed, 2)
+        self.dropout = dropout
+        self.layers = [("conv1", GINConv(in_feats, hidden, eps=eps, seed=s1, dtype=dtype)),
+                       ("conv2", GINConv(hidden, num_classes, eps=eps, hidden=hidden, seed=s2,
+                                         dtype=dtype))]
+
+    def __call__(self, g, x, training=False):
+        (_, conv1), (_, conv2) = self.layers
+        h = ng.relu(conv1(g, self._dropout(x, training), training))
+        return conv2(g, self._dropout(h, training), training)

@@ -1,0 +1,120 @@
+"""Optimizers as in-graph updates.
+
+`opt.updates(loss)` returns ng.assign ops for the parameters and for the optimizer's own
+state (momentum buffers, Adam moments, the step counter), so
+
+    step = t.computation([loss] + opt.updates(loss), x, y)
+
+is one training step that runs entirely on the transformer's device. Every read within a
+call sees the old values, so the parameter update is written in terms of the new state
+expressions, never of the state variables themselves.
+
+Weight decay adds `weight_decay * p` to the gradient (L2, as torch.optim.SGD and Adam do).
+"""
+import numpy as np
+
+import ngnn as ng
+from ngnn.op_graph import Variable
+
+
+class Optimizer:
+    def __init__(self, params, lr, weight_decay=0.0):
+        self.params = list(params)
+        if not self.params:
+            raise ValueError(f"{type(self).__name__}: no parameters to optimize")
+        for p in self.params:
+            if not isinstance(p, Variable):
+                raise TypeError(f"{type(self).__name__}: parameters must be ng.variable ops, "
+                                f"got {p!r}")
+        if len(set(self.params)) != len(self.params):
+            raise ValueError(f"{type(self).__name__}: a parameter is listed twice")
+        if lr <= 0:
+            raise ValueError(f"{type(self).__name__}: lr must be positive, got {lr}")
+        if weight_decay < 0:
+            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, "
+                             f"got {weight_decay}")
+        self.lr = float(lr)
+        self.weight_decay = float(weight_decay)
+        self.state = []          # (name, variable) of the optimizer's own state
+
+    def _state_variable(self, name, shape, dtype=np.float32):
+        var = ng.variable(shape, dtype=dtype, initial_value=0.0, name=name, trainable=False)
+        self.state.append((name, var))
+        return var
+
+    def named_state(self):
+        """[(name, variable)] of the optimizer state, for checkpoints."""
+        return list(self.state)
+
+    def gradients(self, loss):
+        grads = ng.grad(loss, self.params)
+        if self.weight_decay:
+            grads = [g + self.weight_decay * p for g, p in zip(grads, self.params)]
+        return grads
+
+    def updates(self, loss):
+        """The assignments of one step that lowers `loss`."""
+        if not isinstance(loss, ng.Op) or loss.shape != ():
+            raise ValueError(f"{type(self).__name__}.updates: the loss must be a scalar op, "
+                             f"got {loss!r}")
+        return self.apply(self.gradients(loss))
+
+    def apply(self, grads):
+        raise TypeError(f"{type(self).__name__} must implement apply()")
+
+
+def _state_name(index, what):
+    # By position: layers of one kind share variable names, positions are unique.
+    return f"param{index}.{what}"
+
+
+class SGD(Optimizer):
+    """p -= lr * b with b = momentum * b + g (b starts at 0, so the first step is lr * g),
+    the update rule of torch.optim.SGD without dampening or Nesterov."""
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
+        super().__init__(params, lr, weight_decay)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"SGD: momentum must be in [0, 1), got {momentum}")
+        self.momentum = float(momentum)
+        self.buffers = [self._state_variable(_state_name(i, "momentum"), p.shape, p.dtype)
+                        for i, p in enumerate(self.params)] if self.momentum else None
+
+    def apply(self, grads):
+        if not self.momentum:
+            return [ng.assign(p, p - self.lr * g) for p, g in zip(self.params, grads)]
+        updates = []
+        for p, g, buf in zip(self.params, grads, self.buffers):
+            new_buf = self.momentum * buf + g
+            updates += [ng.assign(buf, new_buf), ng.assign(p, p - self.lr * new_buf)]
+        return updates
+
+
+class Adam(Optimizer):
+    """Kingma & Ba (2015) with bias correction; the step counter is a variable so the
+    correction advances on the device."""
+
+    def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, lr, weight_decay)
+        beta1, beta2 = betas
+        if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+            raise ValueError(f"Adam: betas must be in [0, 1), got {betas}")
+        self.beta1, self.beta2, self.eps = float(beta1), float(beta2), float(eps)
+        self.step = self._state_variable("adam.step", ())
+        self.moments = [(self._state_variable(_state_name(i, "adam_m"), p.shape, p.dtype),
+                         self._state_variable(_state_name(i, "adam_v"), p.shape, p.dtype))
+                        for i, p in enumerate(self.params)]
+
+    def apply(self, grads):
+        step = self.step + 1.0
+        # lr * sqrt(1 - beta2^t) / (1 - beta1^t) folds both bias corrections into one scalar.
+        scale = self.lr * ng.sqrt(1.0 - ng.constant(self.beta2) ** step) / \
+            (1.0 - ng.constant(self.beta1) ** step)
+        eps = self.eps * ng.sqrt(1.0 - ng.constant(self.beta2) ** step)
+        updates = [ng.assign(self.step, step)]
+        for p, g, (m, v) in zip(self.params, grads, self.moments):
+            new_m = self.beta1 * m + (1.0 - self.beta1) * g
+            new_v = self.beta2 * v + (1.0 - self.beta2) * g * g
+            updates += [ng.assign(m, new_m), ng.assign(v, new_v),
+                        ng.assign(p, p - scale * new_m / (ng.sqrt(new_v) + eps))]
+        return updates

@@ -1,0 +1,225 @@
+"""Full-batch node-classification training: the Trainer, accuracy, checkpoints.
+
+    trainer = Trainer(model, data, optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4))
+    trainer.fit(epochs=200, patience=100)
+    print(trainer.evaluate())          # {"train": ..., "val": ..., "test": ...}
+
+The trainer compiles two computations once: the training step (loss plus the optimizer's
+assignments, with dropout) and the evaluation pass (logits, no dropout), both over the same
+variables, on the transformer named by `backend`.
+"""
+import os
+import tempfile
+import time
+import zipfile
+import zlib
+
+import numpy as np
+from tqdm import tqdm
+
+import ngnn as ng
+from ngnn import transformers as ngt
+from ngnn.op_graph import DropoutMask, ordered_ops
+
+
+STEPS = "trainer/steps"      # checkpoint entry: training steps taken
+
+
+def accuracy(logits, labels, mask=None):
+    """Share of the (masked) rows whose arg-max logit is the label."""
+    correct = np.asarray(logits).argmax(axis=-1) == np.asarray(labels)
+    if mask is not None:
+        correct = correct[np.asarray(mask, dtype=bool)]
+    if correct.size == 0:
+        raise ValueError("accuracy: the mask selects no rows")
+    return float(correct.mean())
+
+
+def cross_entropy(logits, labels, mask):
+    """The masked mean cross-entropy in NumPy, for validation losses from eval logits."""
+    logits = np.asarray(logits, dtype=np.float64)[mask]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(-log_probs[np.arange(len(logits)), np.asarray(labels)[mask]].mean())
+
+
+def normalize_features(x):
+    """Rows scaled to sum 1 (all-zero rows stay zero), the preprocessing of the GCN and GAT
+    papers' code for the Planetoid datasets."""
+    x = np.asarray(x, dtype=np.float32)
+    total = x.sum(axis=1, keepdims=True)
+    return x / np.where(total == 0, 1, total).astype(np.float32)
+
+
+def seed_dropout(results, seed):
+    """Gives every dropout mask the results depend on a seed derived from `seed` and its
+    position in the graph, so a run is reproducible whatever was built before it."""
+    masks = [op for op in ordered_ops(results) if isinstance(op, DropoutMask)]
+    states = np.random.SeedSequence(seed).generate_state(len(masks), dtype=np.uint64)
+    for op, state in zip(masks, states):
+        op.seed = int(state)
+
+
+class Trainer:
+    """Trains `model` on `data` (a datasets.Dataset) with `optimizer` (an ngnn.optim
+    optimizer over model.parameters(); default Adam(lr=0.01)). `seed` fixes the dropout
+    masks (the model's own seed fixes its initial weights). `normalize` row-normalizes the
+    features first. Pass `transformer=` to share one, else `backend` names a new one."""
+
+    def __init__(self, model, data, optimizer=None, backend="numpy", seed=0, normalize=True,
+                 transformer=None):
+        from ngnn import optim
+        self.model = model
+        self.data = data
+        self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
+        self.seed = seed
+        self.features = normalize_features(data.features) if normalize else data.features
+        self.transformer = transformer or ngt.make_transformer(backend)
+
+        n = data.num_nodes
+        self.x = ng.placeholder((n, data.num_features), name="features")
+        self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
+        self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
+        self.loss = ng.cross_entropy(model(data.graph, self.x, training=True), self.y,
+                                     self.train_mask)
+        updates = self.optimizer.updates(self.loss)
+        seed_dropout([self.loss] + updates, seed)
+        self.train_step = self.transformer.computation([self.loss] + updates, self.x, self.y,
+                                                       self.train_mask, name="train_step")
+        self.logits = model(data.graph, self.x, training=False)
+        self.evaluate_logits = self.transformer.computation(self.logits, self.x,
+                                                            name="evaluate")
+        self.history = []
+
+    # ---- training ------------------------------------------------------------------------
+    def step(self):
+        """One optimizer step; returns the training loss."""
+        outputs = self.train_step(self.features, self.data.labels, self.data.train_mask)
+        return float(outputs[0])
+
+    def predict(self):
+        """Logits of every node in evaluation mode (no dropout)."""
+        return self.evaluate_logits(self.features)
+
+    def evaluate(self):
+        """Accuracy on the train, val and test splits."""
+        logits = self.predict()
+        return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"))
+                for split in ("train", "val", "test")}
+
+    def fit(self, epochs, patience=None, progress=True):
+        """Trains for up to `epochs` epochs. Each epoch the model is evaluated on the
+        validation split; the weights with the best validation accuracy (ties: lower
+        validation loss) are restored at the end. With `patience`, training stops once
+        neither the validation accuracy nor the validation loss has improved for that many
+        epochs (the GAT paper's criterion). Returns the list of per-epoch records."""
+        labels, val_mask = self.data.labels, self.data.val_mask
+        best_acc, best_loss, best_key = -1.0, np.inf, None
+        best_weights, waited = None, 0
+        bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
+        for epoch in bar:
+            start = time.perf_counter()
+            loss = self.step()
+            step_time = time.perf_counter() - start
+            logits = self.predict()
+            val_acc = accuracy(logits, labels, val_mask)
+            val_loss = cross_entropy(logits, labels, val_mask)
+            self.history.append({"epoch": epoch, "loss": loss, "val_acc": val_acc,
+                                 "val_loss": val_loss, "step_time": step_time,
+                                 "epoch_time": time.perf_counter() - start})
+            bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.3f}")
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"training diverged: loss is {loss} at epoch {epoch}")
+            if best_key is None or (val_acc, -val_loss) > best_key:
+                best_key = (val_acc, -val_loss)
+                best_weights = self.state()
+            if val_acc > best_acc or val_loss < best_loss:
+                best_acc, best_loss = max(best_acc, val_acc), min(best_loss, val_loss)
+                waited = 0
+            else:
+                waited += 1
+                if patience is not None and waited >= patience:
+                    break
+        bar.close()
+        if best_weights is not None:
+            self.load_state(best_weights)
+        return self.history
+
+    def time_per_epoch(self):
+        """Mean seconds of a training step plus its evaluation, leaving out the first epoch
+        (it includes compiling both computations)."""
+        times = [record["epoch_time"] for record in self.history[1:]]
+        if not times:
+            raise ValueError("time_per_epoch: train for at least two epochs first")
+        return float(np.mean(times))
+
+    # ---- state and checkpoints -----------------------------------------------------------
+    def named_variables(self):
+        """{checkpoint name: variable}: the model's parameters and the optimizer's state."""
+        named = [("model/" + name, var) for name, var in self.model.named_parameters()]
+        named += [("optimizer/" + name, var) for name, var in self.optimizer.named_state()]
+        return dict(named)
+
+    def state(self):
+        """{name: array} of every variable, copied from the device."""
+        return {name: self.transformer.variable_value(var)
+                for name, var in self.named_variables().items()}
+
+    def load_state(self, arrays, where="state"):
+        """Writes {name: array} to the variables after checking that the names and shapes
+        match exactly; `where` names the source in errors."""
+        variables = self.named_variables()
+        missing = sorted(set(variables) - set(arrays))
+        unexpected = sorted(set(arrays) - set(variables))
+        if missing or unexpected:
+            raise ValueError(f"{where} does not match this model and optimizer: "
+                             f"missing {missing or 'nothing'}, unexpected "
+                             f"{unexpected or 'nothing'}")
+        for name, var in variables.items():
+            value = np.asarray(arrays[name])
+            if value.shape != var.shape:
+                raise ValueError(f"{where}: {name!r} has shape {value.shape}, the model "
+                                 f"expects {var.shape}")
+            if value.dtype.kind not in "fiu":
+                raise ValueError(f"{where}: {name!r} has non-numeric dtype {value.dtype}")
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"{where}: {name!r} contains NaN or Inf")
+        for name, var in variables.items():
+            self.transformer.set_variable(var, arrays[name])
+
+    def save(self, path):
+        """Writes the state and the number of steps taken to an .npz file (the step number
+        picks the dropout masks, so training resumed from a checkpoint continues exactly as
+        it would have); a crash mid-write leaves any old file intact."""
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        handle, temporary = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
+        try:
+            with os.fdopen(handle, "wb") as f:
+                np.savez(f, **self.state(), **{STEPS: np.int64(self.train_step.calls)})
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+
+    def load(self, path):
+        """Restores the state saved by `save`."""
+        path = os.fspath(path)
+        try:
+            archive = np.load(path, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError("it holds a single array, not named arrays")
+            with archive:
+                # Reading every member makes zipfile check its CRC, so damage shows here.
+                arrays = {name: archive[name] for name in archive.files}
+        except FileNotFoundError:
+            raise
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+            raise ValueError(f"checkpoint {path} is corrupt or not an .npz archive ({err})"
+                             ) from err
+        steps = arrays.pop(STEPS, None)
+        if steps is None or steps.shape != () or steps.dtype.kind not in "iu" or steps < 0:
+            raise ValueError(f"checkpoint {path}: {STEPS!r} is missing or not a step count; "
+                             "was it written by Trainer.save?")
+        self.load_state(arrays, where=f"checkpoint {path}")
+        self.train_step.calls = int(steps)

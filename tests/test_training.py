@@ -1,0 +1,183 @@
+"""Optimizers, models and the Trainer: updates against NumPy, learning, determinism,
+checkpoints."""
+import numpy as np
+import pytest
+
+import ngnn as ng
+from ngnn import datasets, nn, optim
+from ngnn import transformers as ngt
+from ngnn.nn.models import with_self_loops
+from ngnn.train import Trainer, accuracy, normalize_features
+
+
+def quadratic(target):
+    """loss = sum(0.5 * (w * x - target)^2) with gradient (w * x - target) * x."""
+    w = ng.variable((3,), initial_value=np.array([1.0, -2.0, 0.5]), name="w")
+    x = ng.placeholder((3,), name="x")
+    loss = ng.sum(0.5 * (w * x - target) ** 2)
+    return w, x, loss
+
+
+X = np.array([0.5, 1.5, -1.0], dtype=np.float32)
+TARGET = np.array([1.0, 0.0, 2.0], dtype=np.float32)
+
+
+def run_steps(opt_factory, steps=4):
+    w, x, loss = quadratic(TARGET)
+    opt = opt_factory([w])
+    with ngt.make_transformer("numpy") as t:
+        step = t.computation([loss] + opt.updates(loss), x)
+        values = []
+        for _ in range(steps):
+            step(X)
+            values.append(t.variable_value(w))
+    return values
+
+
+def numpy_grad(w):
+    return (w * X - TARGET) * X
+
+
+def test_sgd_momentum_matches_numpy():
+    lr, momentum, decay = 0.1, 0.9, 0.01
+    got = run_steps(lambda p: optim.SGD(p, lr=lr, momentum=momentum, weight_decay=decay))
+    w, buf = np.array([1.0, -2.0, 0.5]), np.zeros(3)
+    for value in got:
+        buf = momentum * buf + numpy_grad(w) + decay * w
+        w = w - lr * buf
+        np.testing.assert_allclose(value, w, rtol=1e-5, atol=1e-6)
+
+
+def test_plain_sgd_matches_numpy():
+    got = run_steps(lambda p: optim.SGD(p, lr=0.2))
+    w = np.array([1.0, -2.0, 0.5])
+    for value in got:
+        w = w - 0.2 * numpy_grad(w)
+        np.testing.assert_allclose(value, w, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_with_weight_decay_matches_numpy():
+    lr, (b1, b2), eps, decay = 0.05, (0.9, 0.999), 1e-8, 0.1
+    got = run_steps(lambda p: optim.Adam(p, lr=lr, betas=(b1, b2), eps=eps,
+                                         weight_decay=decay), steps=5)
+    w, m, v = np.array([1.0, -2.0, 0.5]), np.zeros(3), np.zeros(3)
+    for t, value in enumerate(got, start=1):
+        # torch.optim.Adam's rule: L2 decay added to the gradient, then bias-corrected moments.
+        g = numpy_grad(w) + decay * w
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        w = w - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(value, w, rtol=1e-5, atol=1e-6)
+
+
+def test_optimizer_arguments_are_checked():
+    w = ng.variable((2,), name="w")
+    with pytest.raises(TypeError, match="ng.variable"):
+        optim.SGD([ng.placeholder((2,))], lr=0.1)
+    with pytest.raises(ValueError, match="lr must be positive"):
+        optim.Adam([w], lr=0.0)
+    with pytest.raises(ValueError, match="listed twice"):
+        optim.SGD([w, w], lr=0.1)
+    with pytest.raises(ValueError, match="scalar"):
+        optim.SGD([w], lr=0.1).updates(w * 2.0)
+
+
+def test_accuracy_and_feature_normalization():
+    logits = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 0.0]])
+    assert accuracy(logits, [0, 1, 1]) == pytest.approx(2 / 3)
+    assert accuracy(logits, [0, 1, 1], [True, False, True]) == 0.5
+    with pytest.raises(ValueError, match="no rows"):
+        accuracy(logits, [0, 1, 1], [False] * 3)
+    x = normalize_features(np.array([[1.0, 3.0], [0.0, 0.0]]))
+    np.testing.assert_allclose(x, [[0.25, 0.75], [0.0, 0.0]])
+
+
+def test_self_loops_are_not_doubled():
+    g = ng.Graph.from_edges([0, 1, 1], [1, 0, 1], num_nodes=3)
+    looped = with_self_loops(g)
+    assert looped.num_edges == 2 + 3
+    assert with_self_loops(g) is looped
+    assert np.count_nonzero(looped.src == looped.dst) == 3
+
+
+@pytest.fixture(scope="module")
+def sbm():
+    return datasets.synthetic("sbm", 400, 8, 16, 4, seed=3)
+
+
+def make(name, data, seed=0, hidden=16):
+    models = {
+        "gcn": lambda: nn.GCN(data.num_features, hidden, data.num_classes, seed=seed),
+        "gat": lambda: nn.GAT(data.num_features, hidden=4, heads=2,
+                              num_classes=data.num_classes, seed=seed),
+        "sage": lambda: nn.GraphSAGE(data.num_features, hidden, data.num_classes, seed=seed),
+        "gin": lambda: nn.GIN(data.num_features, hidden, data.num_classes, seed=seed),
+    }
+    model = models[name]()
+    return Trainer(model, data, optim.Adam(model.parameters(), lr=0.02, weight_decay=5e-4),
+                   seed=seed, normalize=False)
+
+
+@pytest.mark.parametrize("name", ["gcn", "gat", "sage", "gin"])
+def test_models_learn_a_block_model(sbm, name):
+    trainer = make(name, sbm)
+    history = trainer.fit(60, progress=False)
+    assert history[-1]["loss"] < history[0]["loss"]
+    # Four balanced classes: chance is 25%.
+    assert trainer.evaluate()["test"] > 0.6
+    assert trainer.predict().shape == (sbm.num_nodes, sbm.num_classes)
+
+
+def test_training_is_deterministic_for_a_seed(sbm):
+    losses = [[r["loss"] for r in make("gcn", sbm, seed=s).fit(8, progress=False)]
+              for s in (5, 5, 6)]
+    assert losses[0] == losses[1]
+    assert losses[0] != losses[2]
+
+
+def test_early_stopping_restores_the_best_weights(sbm):
+    trainer = make("gcn", sbm)
+    history = trainer.fit(200, patience=5, progress=False)
+    assert len(history) < 200
+    best = max(r["val_acc"] for r in history)
+    assert trainer.evaluate()["val"] == best
+
+
+def test_checkpoint_round_trip(sbm, tmp_path):
+    trainer = make("gcn", sbm)
+    trainer.fit(5, progress=False)
+    path = tmp_path / "model.npz"
+    trainer.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+    restored = make("gcn", sbm)
+    restored.load(path)
+    np.testing.assert_array_equal(restored.predict(), trainer.predict())
+    for name, value in trainer.state().items():
+        np.testing.assert_array_equal(restored.state()[name], value)
+    # The optimizer state and the step number came along, so training resumes exactly.
+    assert [restored.step() for _ in range(3)] == [trainer.step() for _ in range(3)]
+
+
+def test_corrupt_or_mismatched_checkpoints_are_rejected(sbm, tmp_path):
+    trainer = make("gcn", sbm)
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"not a zip archive at all")
+    with pytest.raises(ValueError, match="corrupt"):
+        trainer.load(garbage)
+    good = tmp_path / "good.npz"
+    trainer.save(good)
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(ValueError, match="corrupt"):
+        trainer.load(truncated)
+    np.savez(tmp_path / "stepless.npz", **trainer.state())
+    with pytest.raises(ValueError, match="'trainer/steps' is missing"):
+        trainer.load(tmp_path / "stepless.npz")
+    wider = make("gcn", sbm, hidden=32)
+    with pytest.raises(ValueError, match=r"'model/conv1.weight' has shape \(16, 16\)"):
+        wider.load(good)
+    other = make("sage", sbm)
+    with pytest.raises(ValueError, match="missing .*model/conv1.w_self"):
+        other.load(good)
+    with pytest.raises(FileNotFoundError):
+        trainer.load(tmp_path / "absent.npz")
