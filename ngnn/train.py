@@ -18,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 import ngnn as ng
+from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.op_graph import DropoutMask, ordered_ops
 
@@ -68,7 +69,6 @@ class Trainer:
 
     def __init__(self, model, data, optimizer=None, backend="numpy", seed=0, normalize=True,
                  transformer=None):
-        from ngnn import optim
         self.model = model
         self.data = data
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)

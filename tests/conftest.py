@@ -14,7 +14,6 @@ def transformer_factory(request):
         made.append(t)
         return t
 
-    make.name = request.param
     yield make
     for t in made:
         t.close()

@@ -31,7 +31,7 @@ def representative_computations(t):
     attention = ng.edge_softmax(g, ng.sum(e, axis=-1, keepdims=True))
     results = [
         ng.relu(ng.dropout(x, 0.5) * 2.0 + 1.0),
-        ng.concat([x, x[:, ::-1]], axis=1), Unslice(x, (7, 4), (slice(1, 6, 1), slice(None))),
+        ng.concat([x, x[:, ::-1]], axis=1), Unslice(x, (7, 4), (slice(1, 6, 1), slice(0, 4, 1))),
         ng.max(x, axis=0), ng.mean(x), ng.log_softmax(x), ng.softmax(ng.transpose(x), axis=0),
         ng.cross_entropy(x, labels), ng.one_hot(labels, 4),
         ng.aggregate(e, g, at="src", reduce="max"), attention,

@@ -181,3 +181,15 @@ def test_corrupt_or_mismatched_checkpoints_are_rejected(sbm, tmp_path):
         other.load(good)
     with pytest.raises(FileNotFoundError):
         trainer.load(tmp_path / "absent.npz")
+
+
+def test_backends_agree_on_a_training_run(sbm):
+    losses = {}
+    for backend in ngt.transformer_choices():
+        model = nn.GCN(sbm.num_features, 8, sbm.num_classes, seed=2)
+        trainer = Trainer(model, sbm, optim.Adam(model.parameters(), lr=0.02), backend=backend,
+                          seed=2, normalize=False)
+        losses[backend] = [r["loss"] for r in trainer.fit(5, progress=False)]
+        trainer.transformer.close()
+    for backend, trajectory in losses.items():
+        np.testing.assert_allclose(trajectory, losses["numpy"], rtol=1e-4, err_msg=backend)

@@ -10,7 +10,7 @@ transformed on first use, and variables it introduces are initialized then.
 """
 import numpy as np
 
-from ngnn.op_graph import Assign, Constant, Op, Placeholder, Variable, ordered_ops
+from ngnn.op_graph import Assign, Cast, Constant, Op, Placeholder, Variable, ordered_ops
 from ngnn.op_graph.printer import IRNames, format_ir
 
 
@@ -75,7 +75,7 @@ class Computation:
         self.name = name or "computation"
         self.transformed = False
         self.ir_history = []          # (pass name, IR text) after each pass
-        self.memory_plan = None
+        self._memory_plan = None
         self.ordered_ops = None
         self.executor = None
         self._source = None
@@ -95,6 +95,7 @@ class Computation:
         for graph_pass in self.transformer.graph_passes():
             graph_pass.do_pass(self)
             self._record(type(graph_pass).__name__)
+        self._snapshot_assigned_variables()
         self.ordered_ops = ordered_ops(self.results)
         self._check_parameters()
         self.steps = list(self.ordered_ops)     # ops and fused groups, in execution order
@@ -105,6 +106,27 @@ class Computation:
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
         self.transformer.transform_ordered_ops(self)
         self.transformed = True
+
+    def _snapshot_assigned_variables(self):
+        """Results, and values assigned, that are (views of) a variable this call assigns
+        become copies of it: generated code hands results out and copies assigned values
+        after the assignments land (ng.assign(v, w) and ng.assign(w, v) would both see the
+        new v), and every read in a call must see the old value. Runs after the passes,
+        which would prune the copies."""
+        assigned = {r.args[0] for r in self.results if isinstance(r, Assign)}
+
+        def reads_assigned(op):
+            while self.transformer.is_view(op):
+                op = op.args[0]
+            return op in assigned
+
+        for i, r in enumerate(self.results):
+            if isinstance(r, Assign):
+                variable, value = r.args
+                if reads_assigned(value):
+                    self._results[i] = Assign(variable, Cast(value, value.dtype))
+            elif reads_assigned(r):
+                self._results[i] = Cast(r, r.dtype)
 
     def _record(self, pass_name, steps=None):
         steps = ordered_ops(self.results) if steps is None else steps
@@ -140,6 +162,17 @@ class Computation:
                 return text
         raise KeyError(f"no pass named {pass_name!r}; passes run: "
                        f"{[name for name, _ in self.ir_history]}")
+
+    @property
+    def memory_plan(self):
+        """Where the intermediate tensors live (planned by BufferSharing on transform)."""
+        if self._memory_plan is None:   # set by BufferSharing before the code is generated
+            self.transform()
+        return self._memory_plan
+
+    @memory_plan.setter
+    def memory_plan(self, plan):
+        self._memory_plan = plan
 
     @property
     def source(self):
@@ -183,7 +216,8 @@ def check_argument(placeholder, value, check_finite):
             (array.min() < np.iinfo(placeholder.dtype).min or
              array.max() > np.iinfo(placeholder.dtype).max):
         raise ValueError(f"parameter {name!r}: values do not fit {placeholder.dtype}")
-    array = np.ascontiguousarray(array, dtype=placeholder.dtype)
+    # Not np.ascontiguousarray: it turns a 0-d argument into shape (1,).
+    array = np.asarray(array, dtype=placeholder.dtype, order="C")
     if check_finite and want == "f" and not np.isfinite(array).all():
         bad = int(array.size - np.count_nonzero(np.isfinite(array)))
         raise ValueError(f"parameter {name!r} contains {bad} NaN or Inf value(s)")
@@ -191,15 +225,18 @@ def check_argument(placeholder, value, check_finite):
 
 
 class Transformer:
-    """Options: passes=[...] appended to the pipeline; fusion=False turns fusion off;
+    """Options: passes=[...] appended to the pipeline; optimize=False skips the rewriting
+    passes (SimplePrune, CSE), so the graph runs as traced; fusion=False turns fusion off;
     recompute=False stores every edge value the backward needs instead of recomputing it
     inside fused groups; check_finite=False skips the NaN/Inf check of arguments."""
 
     name = None
     computation_class = Computation
 
-    def __init__(self, passes=None, fusion=True, recompute=True, check_finite=True, **options):
+    def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
+                 check_finite=True, **options):
         self.user_passes = list(passes or [])
+        self.optimize = optimize
         self.fusion = fusion
         self.recompute = recompute
         self.check_finite = check_finite
@@ -212,7 +249,9 @@ class Transformer:
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
         from ngnn.passes import CSE, OperationBatching, SimplePrune
-        return [OperationBatching(), SimplePrune(), CSE()] + self.user_passes
+        # OperationBatching is lowering, not optimization: graph code cannot run without it.
+        rewrites = [SimplePrune(), CSE()] if self.optimize else []
+        return [OperationBatching()] + rewrites + self.user_passes
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""

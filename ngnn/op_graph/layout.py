@@ -147,10 +147,19 @@ def _normalize_index(shape, key):
     return tuple(out)
 
 
+def _whole_axes(shape):
+    """Normalized keys taking every element of the axes of `shape`."""
+    return tuple(slice(0, n, 1) for n in shape)
+
+
 class Slice(LayoutOp):
-    def __init__(self, x, key, name=None):
+    """x[key]. Keys of other Slice/Unslice ops are passed with normalized=True: normalizing
+    twice is wrong for reversed slices (a normalized stop of -1 means "past index 0", a
+    user's -1 means the last index)."""
+
+    def __init__(self, x, key, name=None, normalized=False):
         (x,) = as_ops(x)
-        self.key = _normalize_index(x.shape, key)
+        self.key = tuple(key) if normalized else _normalize_index(x.shape, key)
         shape = tuple(len(range(k.start, k.stop, k.step)) for k in self.key
                       if isinstance(k, slice))
         super().__init__([x], shape=shape, dtype=x.dtype, name=name)
@@ -161,18 +170,20 @@ class Slice(LayoutOp):
         return {"key": format_index(self.key)}
 
     def with_args(self, args, lead=0):
-        return Slice(*args, (slice(None),) * lead + self.key, name=self.name)
+        return Slice(*args, _whole_axes(args[0].shape[:lead]) + self.key, name=self.name,
+                     normalized=True)
 
     def adjoints(self, delta):
         return [Unslice(delta, self.args[0].shape, self.key)]
 
 
 class Unslice(LayoutOp):
-    """Zeros of `shape` with `x` written at `key`: the adjoint of a slice."""
+    """Zeros of `shape` with `x` written at `key`, a normalized key of a Slice: the adjoint
+    of a slice."""
 
     def __init__(self, x, shape, key, name=None):
         (x,) = as_ops(x)
-        self.key = _normalize_index(shape, key)
+        self.key = tuple(key)
         super().__init__([x], shape=shape, dtype=x.dtype, name=name)
 
     numpy = "{out}.fill(0)\n{out}[{key}] = {x}"
@@ -182,10 +193,10 @@ class Unslice(LayoutOp):
 
     def with_args(self, args, lead=0):
         return Unslice(*args, args[0].shape[:lead] + self.shape,
-                       (slice(None),) * lead + self.key, name=self.name)
+                       _whole_axes(args[0].shape[:lead]) + self.key, name=self.name)
 
     def adjoints(self, delta):
-        return [Slice(delta, self.key)]
+        return [Slice(delta, self.key, normalized=True)]
 
 
 def format_index(key):

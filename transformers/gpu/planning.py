@@ -46,9 +46,9 @@ def fusable_into(op, readers, root, edge_loops):
     An aggregation runs a loop over a vertex's edges each time it is evaluated, so it is
     fused only as the input of element-wise node ops (seed 000's nodeCompute), one
     evaluation per output element, or where a loop over the same vertex's edges gathers it
-    (softmax-style max, then sum, then weighted sum: each computed once before the next). An edge softmax is fused only where an aggregation over
-    the same edges reads it: its per-vertex max and sum are then computed once, before that
-    aggregation's loop."""
+    (softmax-style max, then sum, then weighted sum: each computed once before the next).
+    An edge softmax is fused only where an aggregation over the same edges reads it: its
+    per-vertex max and sum are then computed once, before that aggregation's loop."""
     if isinstance(op, Aggregate):
         node_compute = isinstance(root, ElementWise) and root.shape == op.shape and \
             all(isinstance(r, ElementWise) and r.shape == op.shape for r in readers)

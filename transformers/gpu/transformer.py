@@ -61,8 +61,10 @@ class GPUDeviceTensor(DeviceTensor):
         return out
 
     def set(self, value):
-        array = np.ascontiguousarray(np.broadcast_to(np.asarray(value), self.shape),
-                                     dtype=self.dtype)
+        value = np.asarray(value, dtype=self.dtype)
+        if value.size == int(np.prod(self.shape, dtype=np.int64)):
+            value = value.reshape(self.shape)    # checked scalars arrive with shape (1,)
+        array = np.ascontiguousarray(np.broadcast_to(value, self.shape))
         self.storage.transformer.runtime.write(self.buffer, self.offset, array)
 
     def view(self, shape):
