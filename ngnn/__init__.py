@@ -7,9 +7,9 @@
 from .op_graph import Op, ShapeError
 from .op_graph.op import constant, placeholder, variable
 from .ops import (abs, aggregate, assign, cast, concat, cross_entropy, dot, dropout,  # noqa: A004
-                  edge_softmax, elu, exp, gather, leaky_relu, log, log_softmax, max, maximum,
+                  edge_softmax, elu, equal, exp, gather, leaky_relu, log, log_softmax, max, maximum,
                   mean, min, minimum, one_hot, relu, reshape, sigmoid, slice, softmax, sqrt,
-                  sum, tanh, transpose)
+                  stop_gradient, sum, tanh, transpose)
 from .autodiff import grad
 from .graph import Graph
 from .frontend import TracingError

@@ -1,9 +1,9 @@
 """The functional API: `ng.exp(x)`, `ng.sum(x, axis=1)`, `ng.cross_entropy(...)`, ..."""
 import numpy as np
 
-from .op_graph import (Abs, Assign, Cast, Concat, Dot, Elu, Exp, LeakyRelu, Log, LogSoftmax,
+from .op_graph import (Abs, Assign, Cast, Concat, Dot, Elu, Equal, Exp, LeakyRelu, Log, LogSoftmax,
                        Max, Maximum, Mean, Min, Minimum, OneHot, Relu, Reshape, Sigmoid, Slice,
-                       Softmax, Sqrt, Sum, Tanh, Transpose, as_ops)
+                       Softmax, Sqrt, StopGradient, Sum, Tanh, Transpose, as_ops)
 from .op_graph.graph_ops import aggregate, edge_softmax, gather  # noqa: F401 (re-exported)
 from .op_graph.training_ops import dropout  # noqa: F401 (re-exported)
 
@@ -30,6 +30,8 @@ def transpose(x, axes=None): return Transpose(x, axes)
 def concat(xs, axis=0): return Concat(xs, axis=axis)
 def assign(variable, value): return Assign(variable, value)
 def cast(x, dtype): return Cast(x, dtype)
+def equal(x, y): return Equal(x, y)
+def stop_gradient(x): return StopGradient(x)
 
 
 def slice(x, key):  # noqa: A001 (the API name)

@@ -13,13 +13,17 @@ the tests and the GPU kernels agree bit for bit. Both sides follow this definiti
 
   then the key is bumped by the Weyl constants: k0 += 0x9E3779B9, k1 += 0xBB67AE85 (mod 2**32).
   Ten rounds; the four counter words after the last round are the output.
-* A random float for 64-bit `seed`, 64-bit `counter` and 32-bit `stream`:
-  key = (seed & 0xFFFFFFFF, seed >> 32),
-  counter words = (counter & 0xFFFFFFFF, counter >> 32, stream, 0),
-  float = (first output word >> 8) * 2**-24, which lies in [0, 1) and is exact in float32.
-* `uniform(seed, counter_start, n, stream)` gives element i the counter (counter_start + i) mod 2**64,
-  so a kernel that adds its thread index to a base counter (carrying into the high word, as
-  `philox_uniform_at` in the prelude does) reproduces the array.
+* A random float for 64-bit `seed`, 64-bit position `p` and 32-bit `stream`: one Philox call
+  gives four words, so four consecutive positions share one counter and each takes one word:
+  key = (seed & 0xFFFFFFFF, seed >> 32), c = p >> 2,
+  counter words = (c & 0xFFFFFFFF, c >> 32, stream, 0),
+  float = (output word number p & 3, shifted right by 8) * 2**-24, which lies in [0, 1) and
+  is exact in float32.
+* `uniform(seed, start, n, stream)` gives element i the position (start + i) mod 2**64, so a
+  kernel that adds its thread index to a base position (carrying into the high word, as
+  `philox_uniform_at` in the prelude does) reproduces the array. The host computes each
+  counter once for its four positions; a device thread computes the counter of its own
+  position and keeps one word, trading three discarded words for no communication.
 """
 import numpy as np
 
@@ -70,38 +74,53 @@ def _check_range(name, value, bits):
     return value
 
 
-def uniform(seed, counter_start, n, stream=0):
+def uniform(seed, start, n, stream=0):
     """float32 array of `n` uniform numbers in [0, 1): element i is the Philox float for
-    (`seed`, counter `counter_start + i`, `stream`) as defined in the module docstring."""
+    (`seed`, position `start + i`, `stream`) as defined in the module docstring."""
     seed = _check_range("seed", seed, 64)
-    counter_start = _check_range("counter_start", counter_start, 64)
+    start = _check_range("start", start, 64)
     stream = _check_range("stream", stream, 32)
     n = int(n)
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
-    # uint64 addition wraps mod 2**64, matching the device's 64-bit counter with carry.
-    return uniform_at(seed, np.uint64(counter_start) + np.arange(n, dtype=np.uint64), stream)
+    if start + n > 2 ** 64:      # positions wrap around: no run of whole counters to share
+        return uniform_at(seed, np.uint64(start) + np.arange(n, dtype=np.uint64), stream)
+    first, last = start >> 2, (start + n + 3) >> 2
+    out = np.empty((last - first) * 4, np.float32)
+    for block_start in range(first, last, BLOCK):
+        counters = np.arange(block_start, min(block_start + BLOCK, last), dtype=np.uint64)
+        words = _words(seed, counters, stream)
+        np.stack(words, axis=-1, out=out[(block_start - first) * 4:
+                                         (block_start - first + len(counters)) * 4]
+                 .reshape(-1, 4))
+    offset = start & 3
+    return out[offset:offset + n]
 
 
-# Counters per pass of `uniform_at`: the round's working arrays then stay in cache, which
-# halves the time of a dropout mask of millions of elements.
-BLOCK = 1 << 15
+# Counters per pass: the round's working arrays then stay in cache, which halves the time
+# of a dropout mask of millions of elements.
+BLOCK = 1 << 14
 
 
-def uniform_at(seed, counters, stream=0):
-    """Like `uniform`, for any array of 64-bit counters (a fused kernel draws the numbers of
-    one block of a tensor: counters = base + the flat indices of its elements)."""
+def _words(seed, counters, stream):
+    """The four outputs of Philox at `counters` (uint64) turned into floats in [0, 1)."""
+    lo = (counters & np.uint64(MASK32)).astype(np.uint32)
+    hi = (counters >> np.uint64(32)).astype(np.uint32)
+    words = philox4x32_10((lo, hi, np.uint32(stream), np.uint32(0)),
+                          (seed & MASK32, seed >> 32))
+    return [(w >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24) for w in words]
+
+
+def uniform_at(seed, positions, stream=0):
+    """Like `uniform`, for any array of 64-bit positions (a fused kernel draws the numbers of
+    one block of a tensor: positions = base + the flat indices of its elements)."""
     seed = _check_range("seed", seed, 64)
     stream = _check_range("stream", stream, 32)
-    counters = np.asarray(counters, dtype=np.uint64)
-    flat = counters.reshape(-1)
+    positions = np.asarray(positions, dtype=np.uint64)
+    flat = positions.reshape(-1)
     out = np.empty(flat.shape, np.float32)
     for start in range(0, flat.shape[0], BLOCK):
         block = flat[start:start + BLOCK]
-        lo = (block & np.uint64(MASK32)).astype(np.uint32)
-        hi = (block >> np.uint64(32)).astype(np.uint32)
-        words = philox4x32_10((lo, hi, np.uint32(stream), np.uint32(0)),
-                              (seed & MASK32, seed >> 32))
-        np.multiply((words[0] >> np.uint32(8)).astype(np.float32), np.float32(2.0 ** -24),
-                    out=out[start:start + BLOCK])
-    return out.reshape(counters.shape)
+        words = _words(seed, block >> np.uint64(2), stream)
+        np.choose((block & np.uint64(3)).astype(np.intp), words, out=out[start:start + BLOCK])
+    return out.reshape(positions.shape)

@@ -65,7 +65,7 @@ def test_unary_on_positive_values(transformer_factory, fn):
     check_gradient(fn, [positive(4, 3)], transformer_factory)
 
 
-@pytest.mark.parametrize("name", ["sum", "mean", "max"])
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min"])
 @pytest.mark.parametrize("axis", [None, 0, -1, (0, 2)], ids=str)
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_reductions(transformer_factory, name, axis, keepdims):
@@ -200,3 +200,17 @@ def test_grad_with_respect_to_a_non_op_is_an_error():
     x = ng.placeholder((2,))
     with pytest.raises(TypeError, match="ops"):
         ng.grad(ng.sum(x), np.ones(2))
+
+
+def test_cast_between_float_widths(transformer_factory):
+    # float32 in the middle rounds, so the step and the tolerance are float32-sized.
+    check_gradient(lambda x: ng.exp(ng.cast(ng.cast(x, np.float32), np.float64)),
+                   [away_from_zero(3, 2)], transformer_factory, eps=1e-3, rtol=1e-3)
+
+
+def test_broadcast_and_unslice(transformer_factory):
+    from ngnn.op_graph import Broadcast, Unslice
+    check_gradient(lambda x: Broadcast(x, (2, 3, 4)) * Broadcast(x, (2, 3, 4)),
+                   [away_from_zero(3, 1)], transformer_factory)
+    check_gradient(lambda x: ng.exp(Unslice(x, (5, 4), (slice(1, 4, 1), slice(0, 4, 2)))),
+                   [away_from_zero(3, 2)], transformer_factory)

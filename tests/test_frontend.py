@@ -232,6 +232,19 @@ def test_python_if_on_a_traced_value_points_at_the_users_line():
     assert THIS_FILE in message and f"line {line}" in message
 
 
+def test_comparisons_in_a_python_if_are_traced_values_too():
+    h, _, _, _ = inputs()
+    with ng.zoomIn(graph(), node_feat=[h]) as v:
+        total = sum(n.h for n in v.innbs)
+        with pytest.raises(TracingError) as info:
+            line = next_line()
+            if total > 0:
+                pass
+        assert f"line {line}" in str(info.value)
+        with pytest.raises(TypeError, match="ng.equal"):
+            v.h == 0      # noqa: B015 (the comparison itself must raise)
+
+
 def test_zip_of_in_edges_and_out_edges_is_an_error():
     h, w, _, _ = inputs()
     with ng.zoomIn(graph(), node_feat=[h], edge_feat=[w]) as v:

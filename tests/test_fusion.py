@@ -87,6 +87,8 @@ def test_recompute_policy_stores_fewer_edge_values_than_materialize():
     assert recompute.memory_plan.peak_bytes < materialize.memory_plan.peak_bytes
     assert materialize.memory_plan.peak_bytes < unfused.memory_plan.peak_bytes
     assert "# materialized" in materialize.ir
+    _, bounded = run(results, [x], [xv], max_recompute=0)     # a zero bound stores all
+    assert bounded.ir == materialize.ir
 
 
 def test_edge_softmax_and_max_aggregation_fuse_and_agree():

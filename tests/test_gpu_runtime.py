@@ -143,6 +143,8 @@ def test_uniform_statistics_and_validation():
     assert not np.array_equal(u[:100], philox.uniform(43, 0, 100))
     assert not np.array_equal(u[:100], philox.uniform(42, 0, 100, stream=1))
     np.testing.assert_array_equal(u[10:20], philox.uniform(42, 10, 10))
+    positions = [13, 3, 5, 99_999, 4]     # any order: each takes its word of its counter
+    np.testing.assert_array_equal(philox.uniform_at(42, positions), u[positions])
     with pytest.raises(ValueError, match="seed"):
         philox.uniform(-1, 0, 4)
     with pytest.raises(ValueError, match="n must"):

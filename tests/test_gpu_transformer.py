@@ -201,10 +201,17 @@ def test_gat_layer_launches_no_more_kernels_than_groups_plus_dense(gpu):
     dense = [step for step in comp.steps if step not in groups and
              type(step).__name__ in ("Dot", "Sum", "Mean", "Max", "Min", "Softmax")]
     assert groups and len(comp.executor.kernels) <= len(groups) + len(dense)
-    # The attention (max, exp, sum, divide) and the weighted sum are one kernel over the
-    # in-CSR: no edge-sized buffer at all.
-    assert [k.template for k in comp.executor.kernels].count("aggregate.j2") == 1
+    # The attention (max, exp, sum, divide), the weighted sum and the bias are one kernel
+    # over the in-CSR (the bias add is its nodeCompute): no edge-sized buffer at all.
+    templates = [k.template for k in comp.executor.kernels]
+    assert templates.count("aggregate.j2") + templates.count("elementwise.j2") == 1
     assert max(comp.memory_plan.buffer_bytes) < g.num_edges * 4
+    # fusion=False: one kernel per op, edge values stored, the same numbers.
+    with ngt.make_transformer("gpu", runtime="opencl", fusion=False) as unfused:
+        separate = unfused.computation(out, h)
+        assert_match(expected, [separate(hv)], ["gat unfused"])
+        assert len(separate.executor.kernels) > 3 * len(comp.executor.kernels)
+        assert max(separate.memory_plan.buffer_bytes) >= g.num_edges * 4
 
 
 def test_memory_plan_reuses_buffers(gpu):

@@ -200,11 +200,12 @@ def test_gat(transformer_factory):
     assert out.shape == (N, 2, 3)
     with transformer_factory() as t:
         result = t.computation(out, h)(x)
-        fc, attn_l, attn_r = values_of(t, layer)
+        fc, attn_l, attn_r, bias = values_of(t, layer)
         feat = (x @ fc).reshape(N, 2, 3)
         el, er = (feat * attn_l).sum(-1, keepdims=True), (feat * attn_r).sum(-1, keepdims=True)
-        np.testing.assert_allclose(result, attention_reference(g, feat, el, er), rtol=1e-10)
-        assert np.all(result[[0, 1, N - 2, N - 1]] == 0)
+        np.testing.assert_allclose(result, attention_reference(g, feat, el, er) + bias,
+                                   rtol=1e-10)
+        assert np.all(result[[0, 1, N - 2, N - 1]] == bias)
         check_gradients(t, weighted_sum(out), layer.parameters() + [h], [(h, x)],
                         np.random.default_rng(11))
 

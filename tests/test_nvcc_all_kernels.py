@@ -17,7 +17,9 @@ from ngnn.transformers.gpu.kernels import PREFIXES
 from ngnn.transformers.gpu.runtime import compile_ptx, nvcc_available, render_prelude
 from ngnn.transformers.gpu.transformer import generated_kernels
 
-pytestmark = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not on PATH")
+# after_all (tests/conftest.py): the whole suite's kernels exist by the time this runs.
+pytestmark = [pytest.mark.skipif(not nvcc_available(), reason="nvcc is not on PATH"),
+              pytest.mark.after_all]
 
 
 def representative_computations(t):

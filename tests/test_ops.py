@@ -363,3 +363,12 @@ def test_constant_defaults_to_float32():
     assert ng.constant(np.ones(3)).dtype == np.float32
     assert ng.constant(np.ones(3), dtype=np.float64).dtype == np.float64
     assert ng.constant(3).dtype.kind == "i"
+
+
+def test_comparison_operators_give_masks(transformer_factory):
+    a, b = rand(3, 4), rand(3, 4)
+    b[0] = a[0]                                  # equal elements for >=, <= and ng.equal
+    fns = [lambda x, y: x > y, lambda x, y: x >= y, lambda x, y: x < y, lambda x, y: x <= y]
+    for fn in fns + [ng.equal]:
+        expected = (np.equal(a, b) if fn is ng.equal else fn(a, b)).astype(np.float32)
+        assert_close(run(transformer_factory, fn, a, b), expected)

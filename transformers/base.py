@@ -228,17 +228,19 @@ class Transformer:
     """Options: passes=[...] appended to the pipeline; optimize=False skips the rewriting
     passes (SimplePrune, CSE), so the graph runs as traced; fusion=False turns fusion off;
     recompute=False stores every edge value the backward needs instead of recomputing it
-    inside fused groups; check_finite=False skips the NaN/Inf check of arguments."""
+    inside fused groups, max_recompute bounds the ops recomputed for one value;
+    check_finite=False skips the NaN/Inf check of arguments."""
 
     name = None
     computation_class = Computation
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
-                 check_finite=True, **options):
+                 max_recompute=16, check_finite=True, **options):
         self.user_passes = list(passes or [])
         self.optimize = optimize
         self.fusion = fusion
-        self.recompute = recompute
+        self.recompute = recompute and max_recompute > 0
+        self.max_recompute = max_recompute
         self.check_finite = check_finite
         self.options = options
         self.computations = []
@@ -255,9 +257,14 @@ class Transformer:
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""
-        from ngnn.passes import BufferSharing, Fusion
-        fusion = [Fusion(recompute=self.recompute)] if self.fusion else []
-        return fusion + [BufferSharing()]
+        from ngnn.passes import BufferSharing
+        return self.fusion_passes() + [BufferSharing()]
+
+    def fusion_passes(self):
+        from ngnn.passes import Fusion
+        if not self.fusion:
+            return []
+        return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute)]
 
     def computation(self, results, *parameters, name=None):
         if self.closed:

@@ -69,11 +69,12 @@ class GCNConv(Layer):
 class GATConv(Layer):
     """Graph attention (seed 000's listing): per in-edge, a = softmax over the in-edges of
     leaky_relu(el[src] + er[dst]) per head; the output is sum(a * Wh[src]), of shape
-    (N, num_heads, out_feats). The softmax subtracts the per-vertex max first, which is
-    exact because leaky_relu is monotone. A vertex without in-edges outputs 0."""
+    (N, num_heads, out_feats). The softmax subtracts the per-vertex max first (a shift
+    the softmax cancels, so it is a constant to ng.grad). A vertex without in-edges outputs 0 (plus the
+    bias, one per head and feature, as in the paper's layers)."""
 
     def __init__(self, in_feats, out_feats, num_heads, feat_drop=0.0, attn_drop=0.0,
-                 negative_slope=0.2, seed=0, dtype=np.float32):
+                 negative_slope=0.2, bias=True, seed=0, dtype=np.float32):
         super().__init__(seed, dtype)
         self.out_feats, self.num_heads = out_feats, num_heads
         self.feat_drop, self.attn_drop = feat_drop, attn_drop
@@ -81,6 +82,7 @@ class GATConv(Layer):
         self.fc = self.glorot("fc", (in_feats, num_heads * out_feats))
         self.attn_l = self.glorot("attn_l", (num_heads, out_feats))
         self.attn_r = self.glorot("attn_r", (num_heads, out_feats))
+        self.bias = self.zeros("bias", (num_heads, out_feats)) if bias else None
 
     def __call__(self, g, h, training=False):
         heads = (self.num_heads, self.out_feats)
@@ -94,13 +96,15 @@ class GATConv(Layer):
             er = ng.sum(ng.reshape(v.h @ self.fc, heads) * self.attn_r, axis=-1,
                         keepdims=True)
             logits = [ng.leaky_relu(l + er, self.negative_slope) for l in el]
-            peak = max(logits)
+            peak = ng.stop_gradient(max(logits))
             coeff = [ng.exp(x - peak) for x in logits]
             s = sum(coeff)
             alpha = [c / s for c in coeff]
             if training and self.attn_drop:
                 alpha = [ng.dropout(a, self.attn_drop) for a in alpha]
             rst = sum(a * f for a, f in zip(alpha, feat_src))
+            if self.bias is not None:
+                rst = rst + self.bias
         return ng.zoomOut(rst)
 
 

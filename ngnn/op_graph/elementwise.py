@@ -303,6 +303,18 @@ class Cast(UnaryOp):
         return [Cast(delta, x.dtype) if x.dtype.kind == "f" else None]
 
 
+class StopGradient(UnaryOp):
+    """The value of x, seen by ng.grad as a constant: for shifts that cancel out, such as
+    the max a softmax subtracts for stability, whose gradient would be exactly zero after
+    a costly computation. SimplePrune replaces it by x once gradients are built."""
+    float_only = False
+    numpy = "np.copyto({out}, {x})"
+    c = "{x}"
+
+    def adjoints(self, delta):
+        return [None]
+
+
 def zeros(shape, dtype=np.float32):
     from .layout import Broadcast
     return Broadcast(constant(0, dtype=dtype), shape)

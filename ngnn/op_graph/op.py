@@ -43,6 +43,9 @@ class Op:
         self.name = name
         if scope is None:
             scope, zoom = combine_scopes(type(self).__name__, self._args)
+            if scope in ("n", "e") and not any(a.scope == scope and a.shape[:1] == self.shape[:1]
+                                               for a in self._args if a.shape):
+                scope = None   # the node or edge axis was reduced, contracted or moved
         else:
             zoom = next((a.zoom for a in self._args if a.zoom is not None), None)
         self.scope = scope
@@ -130,6 +133,21 @@ class Op:
     def __rpow__(self, other): return _binary("Power", other, self)
     def __matmul__(self, other): return _binary("Dot", self, other)
     def __rmatmul__(self, other): return _binary("Dot", other, self)
+    # Comparisons give 0/1 masks of the operands' float dtype; `==` stays identity (ops
+    # are dictionary keys), so comparing with a number is refused rather than silently False.
+    def __gt__(self, other): return _binary("Greater", self, other)
+    def __ge__(self, other): return _binary("GreaterEqual", self, other)
+    def __lt__(self, other): return _binary("Greater", other, self)
+    def __le__(self, other): return _binary("LessEqual", self, other)
+
+    def __eq__(self, other):
+        if isinstance(other, (int, float, np.number, np.ndarray)):
+            raise TypeError(f"{self} == {other!r}: `==` on a symbolic tensor does not compare "
+                            "values; use ng.equal(x, y) for an element-wise 0/1 mask")
+        return self is other
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
 
     def __neg__(self):
         from .elementwise import Negative

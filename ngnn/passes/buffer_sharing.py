@@ -80,7 +80,7 @@ def plan_memory(steps, results, transformer):
             if slot is not None:
                 plan.inplace.add(op)
             else:
-                slot = _take(free, op.nbytes, plan)
+                slot = take_buffer(free, op.nbytes, plan)
             plan.slots[op] = slot
             holder[slot] = op
         for slot, held in list(holder.items()):
@@ -131,7 +131,7 @@ def _inplace_slot(op, i, plan, root_of, last_use, transformer):
     return None
 
 
-def _take(free, nbytes, plan):
+def take_buffer(free, nbytes, plan):
     """Best-fit free buffer; else the largest free one, grown; else a new buffer."""
     fitting = [s for s in free if plan.buffer_bytes[s] >= nbytes]
     if fitting:

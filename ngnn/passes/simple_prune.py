@@ -1,8 +1,8 @@
 """SimplePrune: algebraic identities and constant folding (ngraph's SimplePrune)."""
 import numpy as np
 
-from ..op_graph import (Add, Broadcast, Constant, Divide, Multiply, Negative, Op, Subtract,
-                        zeros)
+from ..op_graph import (Add, Broadcast, Constant, Divide, Multiply, Negative, Op, StopGradient,
+                        Subtract, zeros)
 from .base import PeepholeGraphPass, visit
 
 FOLD_LIMIT = 1 << 16    # elements; larger constant results stay as ops (no huge literals)
@@ -68,6 +68,10 @@ class SimplePrune(PeepholeGraphPass):
         (x,) = op.args
         if isinstance(x, Negative):
             self.replace_op(op, x.args[0])
+
+    @visit.on_type(StopGradient)
+    def visit(self, op):
+        self.replace_op(op, op.args[0])     # gradients are built before passes run
 
     @visit.on_type(Op)
     def visit(self, op):

@@ -65,9 +65,13 @@ class GPUKernel:
                                out="out", **self.fields).strip("\n")
 
     def global_bytes(self):
-        """Bytes this kernel moves to and from global memory, counting each stored input
-        and the output once (what a perfectly cached run reads and writes)."""
-        return self.op.nbytes + sum(t.nbytes for t in self.inputs)
+        """Bytes this kernel moves to and from global memory, counting each stored input,
+        each graph index array (int32) and the output once: what a perfectly cached run
+        reads and writes, the same measure for fused and unfused plans."""
+        graph_bytes = sum(4 * np.asarray(getattr(graph, attribute)).size
+                          for kind, *binding in self.bindings if kind == "graph"
+                          for graph, attribute in [binding])
+        return self.op.nbytes + sum(t.nbytes for t in self.inputs) + graph_bytes
 
     def __repr__(self):
         return f"<GPUKernel {self.name} {self.template} global={self.global_size}>"
@@ -251,8 +255,8 @@ class GPUKernelGenerator(TypeDispatched):
         size = int(np.prod(features, dtype=np.int64))
         local = pow2_at_most(size, FEATURE_THREADS)
         fields = {"indptr": indptr, "eids": eids, "features": size, "acc_type": acc,
-                  "init": init, "hoisted": hoisted.text(), "body": block.text(),
-                  "combine": combine, "final": final}
+                  "init": init, "hoisted": hoisted.text(), "edge_compute": block.text(),
+                  "agg_compute": combine, "agg_write": final}
         return self.kernel(op, "aggregate.j2", fields, params,
                            (op.graph.num_nodes * local,), (local,))
 

@@ -15,6 +15,7 @@ from ngnn.op_graph import (Aggregate, Assign, Broadcast, Constant, DropoutMask, 
                            ElementWise, Gather, OneHot, Placeholder, Reshape, Slice, Transpose,
                            Variable)
 from ngnn.passes import GraphPass, MemoryPlan
+from ngnn.passes.buffer_sharing import take_buffer
 
 # Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
 INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, DropoutMask, OneHot)
@@ -61,7 +62,9 @@ def fusable_into(op, readers, root, edge_loops):
     return isinstance(op, INLINE_OPS)
 
 
-def plan_kernels(ops, results):
+def plan_kernels(ops, results, fuse=True):
+    """One kernel per root op; with `fuse` off every op but a reshape is a root, the
+    unfused baseline of one launch (and one stored tensor) per op."""
     users = {op: [] for op in ops}
     for op in ops:
         for a in op.args:
@@ -75,7 +78,7 @@ def plan_kernels(ops, results):
             continue
         readers = users[op]
         root = kernel_of.get(readers[0]) if readers else None
-        if op not in results and root is not None and \
+        if fuse and op not in results and root is not None and \
                 all(kernel_of.get(r) is root for r in readers) and \
                 fusable_into(op, readers, root, edge_loops):
             inline.add(op)
@@ -106,7 +109,7 @@ def plan_memory(plan, kernel_inputs, results, deferred):
         last_read[plan.base(op)] = end
     free, holder = [], {}
     for i, root in enumerate(plan.kernels):
-        slot = _take(free, root.nbytes, memory)
+        slot = take_buffer(free, root.nbytes, memory)
         memory.slots[root] = slot
         holder[slot] = root
         for slot, held in list(holder.items()):
@@ -116,24 +119,13 @@ def plan_memory(plan, kernel_inputs, results, deferred):
     return memory
 
 
-def _take(free, nbytes, memory):
-    """The smallest free buffer that fits; else the largest free one, grown; else a new one."""
-    fitting = [s for s in free if memory.buffer_bytes[s] >= nbytes]
-    if fitting:
-        slot = min(fitting, key=lambda s: memory.buffer_bytes[s])
-    elif free:
-        slot = max(free, key=lambda s: memory.buffer_bytes[s])
-        memory.buffer_bytes[slot] = nbytes
-    else:
-        memory.buffer_bytes.append(nbytes)
-        return len(memory.buffer_bytes) - 1
-    free.remove(slot)
-    return slot
-
-
 class KernelPlanning(GraphPass):
     """Sets `computation.kernel_plan`; the transformer generates kernels from it and then
     the memory plan (which needs each kernel's inputs)."""
 
+    def __init__(self, fuse=True):
+        self.fuse = fuse
+
     def do_pass(self, computation):
-        computation.kernel_plan = plan_kernels(computation.ordered_ops, computation.results)
+        computation.kernel_plan = plan_kernels(computation.ordered_ops, computation.results,
+                                               self.fuse)

@@ -156,10 +156,9 @@ class GPUTransformer(Transformer):
 
     def late_passes(self):
         # Fusion only records its groups here (comp.fusion_groups, shown in the IR): the
-        # kernel plan fuses by itself, through index expressions.
-        from ngnn.passes import Fusion
-        fusion = [Fusion(recompute=self.recompute)] if self.fusion else []
-        return fusion + [KernelPlanning()]
+        # kernel plan fuses by itself, through index expressions; fusion=False gives one
+        # kernel per op.
+        return self.fusion_passes() + [KernelPlanning(fuse=self.fusion)]
 
     def allocate_variable(self, variable):
         return new_tensor(self, variable.shape, variable.dtype, variable.name)

@@ -8,7 +8,7 @@ single vertices or edges.
 """
 from ngnn.op_graph import Aggregate, DropoutMask, EdgeSoftmax, Gather, Multiply
 
-DEFAULT_BLOCK_BYTES = 32 << 20
+DEFAULT_BLOCK_BYTES = 8 << 20     # edge intermediates of one block: a few MiB, near cache size
 
 
 class BlockShape:
