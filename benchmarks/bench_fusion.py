@@ -102,8 +102,8 @@ def main():
         for model in args.models.split(","):
             fused = measure(model, graph, features, label_values, True, args.repeats)
             unfused = measure(model, graph, features, label_values, False, args.repeats)
-            for a, b in zip(fused[0], unfused[0]):
-                np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+            for a, b in zip(fused[0], unfused[0]):       # loss and updated weights
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
             pyg = measure_pyg(model, graph, features, label_values, args.repeats)
             mib = 1 << 20
             print(f"| {model} | {size} | {graph.num_edges} | {fused[1] * 1e3:.0f} | "

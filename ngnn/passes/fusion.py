@@ -204,7 +204,10 @@ def _graph_finder(ops):
 
 def add_recompute(group, groups, limit):
     """Edge values this group reads from other groups are recomputed here when their
-    edge-side ancestry is short and made only of gathers and element-wise ops."""
+    edge-side ancestry is short, made only of gathers and element-wise ops, and nowhere
+    wider than the value itself: recomputing then reads no more per edge than loading the
+    stored value would (GAT's attention logits, (E, H, 1) from (N, H, 1) gathers, are
+    recomputed; a per-head dot product over gathered (E, H, F) features is stored)."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
@@ -225,7 +228,8 @@ def _recompute_chain(op, owner, limit):
         if x in chain:
             continue
         if not (isinstance(x, (Gather, ElementWise, Reshape, Broadcast, Reduction)) and
-                x.scope == "e" and (not isinstance(x, Reduction) or 0 not in x.axes)):
+                x.scope == "e" and (not isinstance(x, Reduction) or 0 not in x.axes)) or \
+                x.size > op.size:
             return None
         chain.append(x)
         if len(chain) > limit:
