@@ -137,7 +137,7 @@ class FusedGroupWriter:
             else:
                 how = self.rows_of(a, op)
                 full = self.names[a]
-                args.append({"all": full, "edges": f"{full}[eids]",
+                args.append({"all": full, "edges": f"np.take({full}, eids, axis=0)",
                              "vertices": f"{full}[v0:v1]"}[how])
         rows = "n_e" if op.scope == "e" else "n_v"
         shape = BlockShape(rows, op.shape)
@@ -149,7 +149,8 @@ class FusedGroupWriter:
                 f"np.empty({shape}, {dtype})"
             if op in self.products:
                 x, weight = self.products[op]
-                w = "None" if weight is None else local.get(weight) or f"{self.names[weight]}[eids]"
+                w = "None" if weight is None else local.get(weight) or \
+                    f"np.take({self.names[weight]}, eids, axis=0)"
                 other = "src" if end == "dst" else "dst"
                 return [f"{name} = {target}",
                         f"K.gather_sum({self.names[x]}, {w}, {other}, seg, {op.reduce!r}, "
