@@ -214,3 +214,14 @@ def test_broadcast_and_unslice(transformer_factory):
                    [away_from_zero(3, 1)], transformer_factory)
     check_gradient(lambda x: ng.exp(Unslice(x, (5, 4), (slice(1, 4, 1), slice(0, 4, 2)))),
                    [away_from_zero(3, 2)], transformer_factory)
+
+
+@pytest.mark.parametrize("optimize", [True, False])   # pruned, or run as a copy
+def test_stop_gradient_passes_the_value_and_blocks_the_gradient(transformer_factory, optimize):
+    x = ng.placeholder((3, 2), dtype=np.float64)
+    value = away_from_zero(3, 2)
+    y = ng.sum(ng.stop_gradient(x) * x)          # d/dx = stop_gradient(x) = x
+    comp = transformer_factory(optimize=optimize).computation([y, ng.grad(y, x)], x)
+    total, dx = comp(value)
+    np.testing.assert_allclose(total, np.sum(value * value))
+    np.testing.assert_allclose(dx, value)
