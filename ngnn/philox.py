@@ -86,15 +86,13 @@ def uniform(seed, start, n, stream=0):
     if start + n > 2 ** 64:      # positions wrap around: no run of whole counters to share
         return uniform_at(seed, np.uint64(start) + np.arange(n, dtype=np.uint64), stream)
     first, last = start >> 2, (start + n + 3) >> 2
-    out = np.empty((last - first) * 4, np.float32)
-    for block_start in range(first, last, BLOCK):
-        counters = np.arange(block_start, min(block_start + BLOCK, last), dtype=np.uint64)
-        words = _words(seed, counters, stream)
-        np.stack(words, axis=-1, out=out[(block_start - first) * 4:
-                                         (block_start - first + len(counters)) * 4]
-                 .reshape(-1, 4))
+    out = np.empty((last - first, 4), np.float32)      # row c - first: counter c's words
+    for block in range(first, last, BLOCK):
+        counters = np.arange(block, min(block + BLOCK, last), dtype=np.uint64)
+        np.stack(_words(seed, counters, stream), axis=-1,
+                 out=out[block - first:block - first + len(counters)])
     offset = start & 3
-    return out[offset:offset + n]
+    return out.reshape(-1)[offset:offset + n]
 
 
 # Counters per pass: the round's working arrays then stay in cache, which halves the time

@@ -239,7 +239,7 @@ class Transformer:
         self.user_passes = list(passes or [])
         self.optimize = optimize
         self.fusion = fusion
-        self.recompute = recompute and max_recompute > 0
+        self.recompute = recompute
         self.max_recompute = max_recompute
         self.check_finite = check_finite
         self.options = options

@@ -69,8 +69,8 @@ class GPUKernel:
         each graph index array (int32) and the output once: what a perfectly cached run
         reads and writes, the same measure for fused and unfused plans."""
         graph_bytes = sum(4 * np.asarray(getattr(graph, attribute)).size
-                          for kind, *binding in self.bindings if kind == "graph"
-                          for graph, attribute in [binding])
+                          for kind, graph, attribute in
+                          (b for b in self.bindings if b[0] == "graph"))
         return self.op.nbytes + sum(t.nbytes for t in self.inputs) + graph_bytes
 
     def __repr__(self):
