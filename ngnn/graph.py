@@ -208,6 +208,26 @@ class Graph:
         return Graph(np.concatenate([self.src, loops]), np.concatenate([self.dst, loops]),
                      self.num_nodes)
 
+    def with_self_loops(self):
+        """New graph with exactly one self loop per vertex: existing loops are dropped, the
+        other edges kept in order, then loop ``v -> v`` appended for every vertex in order
+        (GCN's and GAT's A + I)."""
+        keep = self.src != self.dst
+        return Graph.from_edges(self.src[keep], self.dst[keep],
+                                num_nodes=self.num_nodes).add_self_loops()
+
+    def vertex_degrees(self, which):
+        """The degrees vertex-centric code sees as ``v.indegree`` (which="in") or
+        ``v.outdegree`` ("out"); a partition's local graph answers with the whole graph's."""
+        return self.in_degrees if which == "in" else self.out_degrees
+
+    def global_rows(self, rows):
+        """Where the rows of a node (rows="n") or edge ("e") tensor of this graph sit in a
+        larger graph it is part of, for dropout masks keyed by global ids: ((graph,
+        attribute naming the global ids), row count of the larger graph), or None for a
+        whole graph."""
+        return None
+
     def to_undirected(self):
         """New graph holding both directions of every edge, with duplicate edges removed.
 

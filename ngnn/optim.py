@@ -46,18 +46,22 @@ class Optimizer:
         """[(name, variable)] of the optimizer state, for checkpoints."""
         return list(self.state)
 
-    def gradients(self, loss):
+    def gradients(self, loss, reduce=None):
         grads = ng.grad(loss, self.params)
+        if reduce is not None:
+            grads = [reduce(g) for g in grads]
         if self.weight_decay:
             grads = [g + self.weight_decay * p for g, p in zip(grads, self.params)]
         return grads
 
-    def updates(self, loss):
-        """The assignments of one step that lowers `loss`."""
+    def updates(self, loss, reduce=None):
+        """The assignments of one step that lowers `loss`. `reduce`, when given, maps each
+        raw gradient before weight decay is added (distributed training all-reduces the
+        ranks' partial gradients there)."""
         if not isinstance(loss, ng.Op) or loss.shape != ():
             raise ValueError(f"{type(self).__name__}.updates: the loss must be a scalar op, "
                              f"got {loss!r}")
-        return self.apply(self.gradients(loss))
+        return self.apply(self.gradients(loss, reduce))
 
     def apply(self, grads):
         raise TypeError(f"{type(self).__name__} must implement apply()")

@@ -107,13 +107,18 @@ class Trainer:
         return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"))
                 for split in ("train", "val", "test")}
 
+    def validation(self):
+        """Accuracy and loss on the validation split (what `fit` selects weights by)."""
+        logits = self.predict()
+        return (accuracy(logits, self.data.labels, self.data.val_mask),
+                cross_entropy(logits, self.data.labels, self.data.val_mask))
+
     def fit(self, epochs, patience=None, progress=True):
         """Trains for up to `epochs` epochs. Each epoch the model is evaluated on the
         validation split; the weights with the best validation accuracy (ties: lower
         validation loss) are restored at the end. With `patience`, training stops once
         neither the validation accuracy nor the validation loss has improved for that many
         epochs (the GAT paper's criterion). Returns the list of per-epoch records."""
-        labels, val_mask = self.data.labels, self.data.val_mask
         best_acc, best_loss, best_key = -1.0, np.inf, None
         best_weights, waited = None, 0
         bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
@@ -121,9 +126,7 @@ class Trainer:
             start = time.perf_counter()
             loss = self.step()
             step_time = time.perf_counter() - start
-            logits = self.predict()
-            val_acc = accuracy(logits, labels, val_mask)
-            val_loss = cross_entropy(logits, labels, val_mask)
+            val_acc, val_loss = self.validation()
             self.history.append({"epoch": epoch, "loss": loss, "val_acc": val_acc,
                                  "val_loss": val_loss, "step_time": step_time,
                                  "epoch_time": time.perf_counter() - start})

@@ -70,8 +70,9 @@ class Lowering:
                 key = (a, rows)
                 if key not in self.masks:
                     count = self.graph.num_nodes if rows == "n" else self.graph.num_edges
+                    keys, total = self.graph.global_rows(rows) or (None, None)
                     self.masks[key] = DropoutMask((count,) + a.shape, a.rate, seed=a.seed,
-                                                  dtype=a.dtype)
+                                                  dtype=a.dtype, rows=keys, total_rows=total)
                     self.masks[key].scope = rows
                 return self.masks[key]
             return a          # parameters keep their full shape

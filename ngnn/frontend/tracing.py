@@ -48,7 +48,7 @@ class LocalDegree(Leaf):
 
     def degrees(self):
         graph = self.zoom.graph
-        return graph.in_degrees if self.which == "indegree" else graph.out_degrees
+        return graph.vertex_degrees("in" if self.which == "indegree" else "out")
 
 
 class LocalAggregate(Op):

@@ -7,7 +7,6 @@ graph and the evaluation graph from two calls on the same variables.
 import numpy as np
 
 import ngnn as ng
-from ngnn.graph import Graph
 
 from .layers import GATConv, GCNConv, GINConv, SAGEConv
 
@@ -19,10 +18,8 @@ def with_self_loops(g):
     that already has some is not double counted). Cached per graph: graphs compare by
     identity, and the training and evaluation graphs should share one."""
     if g not in _self_looped:
-        keep = g.src != g.dst
         _self_looped.clear()    # one entry: models are trained on one graph at a time
-        _self_looped[g] = Graph.from_edges(g.src[keep], g.dst[keep],
-                                           num_nodes=g.num_nodes).add_self_loops()
+        _self_looped[g] = g.with_self_loops()
     return _self_looped[g]
 
 

@@ -10,3 +10,4 @@ from .layout import LayoutOp, Reshape, Transpose, Broadcast, Concat, Slice, Unsl
 from .linalg import Dot
 from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
 from .training_ops import DropoutMask, OneHot, Assign
+from .communication import Communication, MirrorReduce, MasterBroadcast, AllReduce

@@ -11,20 +11,32 @@ _dropout_seeds = itertools.count(1)
 class DropoutMask(Op):
     """keep / (1 - rate) with keep = (u >= rate), u uniform in [0, 1) drawn by Philox from
     (seed, call number * size + element index): the same mask on every backend, a new one on
-    every call of a computation."""
+    every call of a computation.
+
+    `rows=(graph, attribute)` makes the mask rows of a larger one: row i is row
+    `getattr(graph, attribute)[i]` of a mask of `total_rows` rows. A partition's local graph
+    keys its vertex and edge masks by global ids this way, so every rank draws exactly the
+    numbers one process draws for the same vertex or edge."""
     is_stateful = True
 
-    def __init__(self, shape, rate, seed=None, dtype=np.float32, name=None):
+    def __init__(self, shape, rate, seed=None, dtype=np.float32, name=None, rows=None,
+                 total_rows=None, scope=None):
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"dropout: rate must be in [0, 1), got {rate}")
         self.rate = float(rate)
         self.seed = next(_dropout_seeds) if seed is None else int(seed)
-        super().__init__((), shape=shape, dtype=dtype, name=name)
+        self.rows = rows
+        super().__init__((), shape=shape, dtype=dtype, name=name, scope=scope)
+        self.total_size = self.size if rows is None else \
+            int(total_rows) * int(np.prod(self.shape[1:], dtype=np.int64))
 
     kind = "prim"
 
     def attrs(self):
-        return {"rate": self.rate, "seed": self.seed}
+        attrs = {"rate": self.rate, "seed": self.seed}
+        if self.rows is not None:
+            attrs["rows"] = self.rows[1]
+        return attrs
 
     def adjoints(self, delta):
         return []

@@ -6,8 +6,8 @@ more than a template have a `generate_op` method here, chosen by op type.
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
-from ngnn.op_graph import (Aggregate, Concat, DropoutMask, EdgeSoftmax, Gather, LogSoftmax, Op,
-                           OneHot, Softmax)
+from ngnn.op_graph import (AllReduce, Aggregate, Concat, DropoutMask, EdgeSoftmax, Gather,
+                           LogSoftmax, MasterBroadcast, MirrorReduce, Op, OneHot, Softmax)
 from ngnn.op_graph.layout import format_index
 
 generate_op = on_type
@@ -58,7 +58,29 @@ class NumPyCodeGenerator(TypeDispatched):
 
     @generate_op.on_type(DropoutMask)
     def generate_op(self, op, out, args):
+        if op.rows is not None:
+            return [f"K.dropout_mask_rows(seed={op.seed}, step=step, rate={op.rate!r}, "
+                    f"rows={self.mask_rows(op)}, size={op.total_size}, out={out})"]
         return [f"K.dropout_mask(seed={op.seed}, step=step, rate={op.rate!r}, out={out})"]
+
+    def mask_rows(self, op):
+        """The global row ids a keyed dropout mask draws (see DropoutMask)."""
+        graph, attribute = op.rows
+        return f"{self.refs('graph', graph)}.{attribute}"
+
+    @generate_op.on_type(MirrorReduce)
+    def generate_op(self, op, out, args):
+        g = self.refs("graph", op.graph)
+        return [f"{g}.reduce_to_masters({args[0]}, {op.reduce!r}, {op.at!r}, out={out})"]
+
+    @generate_op.on_type(MasterBroadcast)
+    def generate_op(self, op, out, args):
+        g = self.refs("graph", op.graph)
+        return [f"{g}.broadcast_to_mirrors({args[0]}, out={out})"]
+
+    @generate_op.on_type(AllReduce)
+    def generate_op(self, op, out, args):
+        return [f"{self.refs('exchange', op.exchange)}.allreduce({args[0]}, out={out})"]
 
     @generate_op.on_type(OneHot)
     def generate_op(self, op, out, args):

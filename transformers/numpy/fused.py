@@ -166,9 +166,11 @@ class FusedGroupWriter:
         if isinstance(op, EdgeSoftmax):
             return [f"{name} = K.segment_softmax({args[0]}, seg)"]
         if isinstance(op, DropoutMask):
+            rows = "eids" if op.rows is None else \
+                f"np.take({self.codegen.mask_rows(op)}, eids)"
             return [f"{name} = np.empty({shape}, {dtype})",
                     f"K.dropout_mask_rows(seed={op.seed}, step=step, rate={op.rate!r}, "
-                    f"rows=eids, size={op.size}, out={name})"]
+                    f"rows={rows}, size={op.total_size}, out={name})"]
         if self.codegen.is_view_template(op):
             return self.codegen.generate_op(op, name, args, shape=shape)
         return [f"{name} = np.empty({shape}, {dtype})"] + \

@@ -85,12 +85,15 @@ class ModuleWriter:
         self.codegen = NumPyCodeGenerator(self.ref)
 
     def ref(self, kind, obj):
-        """Name of a module-level object (a graph) the code uses."""
-        assert kind == "graph"
-        if obj not in self.graphs:
+        """Name of a module-level object the code uses: a graph, or the exchange that
+        talks to other ranks (both passed to bind in `graphs`)."""
+        prefix = {"graph": "g", "exchange": "exchange"}[kind]
+        index = next((i for i, known in enumerate(self.graphs) if known is obj), None)
+        if index is None:
+            index = len(self.graphs)
             self.graphs.append(obj)
-            self.bind_lines.append(f"g{len(self.graphs) - 1} = graphs[{len(self.graphs) - 1}]")
-        return f"g{self.graphs.index(obj)}"
+            self.bind_lines.append(f"{prefix}{index} = graphs[{index}]")
+        return f"{prefix}{index}"
 
     def name_of(self, op):
         if op not in self.names:

@@ -1,0 +1,149 @@
+"""The MPI side of the communication ops: one `Exchange` per rank, built from its LocalPart.
+
+Mirror reduction: each rank sends the rows of its mirrors to their masters' ranks, which
+combine them in rank order (so every run adds in the same order); mirror rows of the
+result are 0. Broadcast: each master's row goes to the ranks that mirror it. All-reduce:
+MPI's sum. Messages are nonblocking point-to-point pairs posted all at once, so no rank
+waits on another's progress. The exchange counts the bytes it sends and the seconds it
+spends, by kind: "sync" (mirrors and masters) and "allreduce" (weight gradients).
+"""
+import time
+
+import numpy as np
+
+
+def world():
+    """MPI.COMM_WORLD (mpi4py is imported only when ranks are used)."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise ValueError("distributed training needs mpi4py and an MPI: pip install "
+                         "'ngnn[mpi]' (mpi4py and mpich)") from None
+    return MPI.COMM_WORLD
+
+
+class Exchange:
+    """Rank `part.rank` of a partition over communicator `comm`.
+
+    `mirrors_from[q]` / `masters_to[q]`: local rows exchanged with rank q (see LocalPart).
+    `senders(active)` restricts a reduction to mirrors with `active` rows (vertices that
+    have local edges at the aggregating end); both sides learn the restriction once."""
+
+    TAG = 7011
+
+    def __init__(self, comm, part):
+        if comm.Get_size() != part.num_parts:
+            raise ValueError(f"the partition has {part.num_parts} parts but "
+                             f"{comm.Get_size()} ranks run; start {part.num_parts} ranks "
+                             f"(mpiexec -n {part.num_parts}) or partition for "
+                             f"{comm.Get_size()}")
+        if comm.Get_rank() != part.rank:
+            raise ValueError(f"rank {comm.Get_rank()} was given part {part.rank}")
+        self.comm = comm
+        self.rank, self.size = part.rank, part.num_parts
+        self.mirrors_from = dict(part.mirrors_from)
+        self.masters_to = dict(part.masters_to)
+        self.num_masters = part.num_masters
+        self.bytes = {"sync": 0, "allreduce": 0}
+        self.seconds = {"sync": 0.0, "allreduce": 0.0}
+        self._restricted = {}
+
+    # ---- descriptions for the IR -------------------------------------------------------
+    def describe(self, what):
+        if what == "allreduce":
+            return {"rank": self.rank, "ranks": tuple(range(self.size))}
+        peers = self.mirrors_from if what == "broadcast" else self.masters_to
+        return {"rank": self.rank, "from": tuple(sorted(peers)),
+                "to": tuple(sorted(self.masters_to if what == "broadcast"
+                                   else self.mirrors_from))}
+
+    # ---- point-to-point ------------------------------------------------------------------
+    def _swap(self, sends, receives, dtype, row_shape, kind):
+        """Posts every send {q: array} and receive {q: rows}; returns {q: received}.
+        Bytes and time count under `kind` (None: setup, not counted)."""
+        start = time.perf_counter()
+        requests, received = [], {}
+        for q, rows in receives.items():
+            received[q] = np.empty((rows,) + row_shape, dtype)
+            requests.append(self.comm.Irecv(received[q], source=q, tag=self.TAG))
+        for q, array in sends.items():
+            array = np.ascontiguousarray(array)
+            requests.append(self.comm.Isend(array, dest=q, tag=self.TAG))
+            if kind:
+                self.bytes[kind] += array.nbytes
+            sends[q] = array          # kept alive until the send completes
+        if requests:
+            from mpi4py import MPI
+            MPI.Request.Waitall(requests)
+        if kind:
+            self.seconds[kind] += time.perf_counter() - start
+        return received
+
+    def restricted(self, key, active):
+        """({q: mirror rows to send}, {q: master rows receiving}) for a reduction whose
+        mirror rows count only where `active` (a bool per local row) holds; computed once
+        per `key` with one exchange of flags."""
+        if key not in self._restricted:
+            flags = self._swap({q: active[rows].astype(np.uint8)
+                                for q, rows in self.mirrors_from.items()},
+                               {q: len(rows) for q, rows in self.masters_to.items()},
+                               np.uint8, (), None)
+            sends = {q: rows[active[rows]] for q, rows in self.mirrors_from.items()
+                     if active[rows].any()}
+            receives = {q: rows[flags[q].astype(bool)] for q, rows in self.masters_to.items()
+                        if flags[q].any()}
+            self._restricted[key] = (sends, receives)
+        return self._restricted[key]
+
+    def reduce(self, x, reduce, out, plan=None, kind="sync"):
+        """Mirror-to-master reduction of x into out (see MirrorReduce). `plan` is
+        `restricted(...)`'s pair, default every mirror."""
+        sends, receives = plan or (self.mirrors_from, self.masters_to)
+        width = x.shape[1:]
+        got = self._swap({q: x[rows] for q, rows in sends.items()},
+                         {q: len(rows) for q, rows in receives.items()}, x.dtype, width, kind)
+        np.copyto(out, x)
+        combine = {"sum": np.add, "max": np.maximum, "min": np.minimum}[reduce]
+        for q in sorted(got):
+            rows = receives[q]
+            out[rows] = combine(out[rows], got[q])
+        out[self.num_masters:] = 0
+        return out
+
+    def broadcast(self, x, out, kind="sync"):
+        """Master-to-mirror broadcast of x into out (see MasterBroadcast)."""
+        got = self._swap({q: x[rows] for q, rows in self.masters_to.items()},
+                         {q: len(rows) for q, rows in self.mirrors_from.items()},
+                         x.dtype, x.shape[1:], kind)
+        np.copyto(out, x)
+        for q, rows in self.mirrors_from.items():
+            out[rows] = got[q]
+        return out
+
+    def allreduce(self, x, out):
+        from mpi4py import MPI
+        start = time.perf_counter()
+        send = np.ascontiguousarray(x)
+        result = np.empty_like(send)
+        self.comm.Allreduce(send, result, op=MPI.SUM)
+        np.copyto(out, result.reshape(out.shape))
+        self.bytes["allreduce"] += send.nbytes
+        self.seconds["allreduce"] += time.perf_counter() - start
+        return out
+
+    # ---- values outside the op-graph (metrics) --------------------------------------------
+    def sum(self, values):
+        """Sum over ranks of a small float64 array (losses, accuracy counts)."""
+        from mpi4py import MPI
+        values = np.asarray(values, dtype=np.float64)
+        result = np.empty_like(values)
+        self.comm.Allreduce(values, result, op=MPI.SUM)
+        return result
+
+    def totals(self):
+        """(bytes, seconds) per kind, bytes summed over ranks, seconds the slowest rank's."""
+        from mpi4py import MPI
+        kinds = ("sync", "allreduce")
+        sent = [self.comm.allreduce(self.bytes[k], op=MPI.SUM) for k in kinds]
+        seconds = [self.comm.allreduce(self.seconds[k], op=MPI.MAX) for k in kinds]
+        return dict(zip(kinds, sent)), dict(zip(kinds, seconds))

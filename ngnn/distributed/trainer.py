@@ -1,0 +1,112 @@
+"""Full-graph training over MPI ranks, equal to one process (seed 004 with seed 001's
+explicit communication).
+
+Each rank builds the model over its LocalGraph, so node tensors have a row per local
+vertex (masters, then mirrors). The loss counts each training vertex once, at its master:
+sum of the masters' cross-entropies over the whole graph's count of training vertices,
+so the ranks' losses add up to one process's loss and their weight gradients, all-reduced
+in the op-graph, to its gradients. Dropout masks are keyed by global ids and seeded as one
+process seeds them, validation and test metrics are summed over ranks, so every rank
+follows the single-process run, epoch by epoch.
+"""
+import numpy as np
+
+import ngnn as ng
+from ngnn import optim
+from ngnn import transformers as ngt
+from ngnn.frontend import lower_zoom_outs
+from ngnn.op_graph import AllReduce, Cast, LogSoftmax, Maximum, OneHot, Sum
+from ngnn.train import Trainer, normalize_features, seed_dropout
+
+from .exchange import Exchange, world
+from .local_graph import LocalGraph
+from .lowering import insert_communication
+
+SPLITS = ("train", "val", "test")
+
+
+class DistributedTrainer(Trainer):
+    """Trainer for rank `part.rank` of a partition (a LocalPart: `Partition.part(rank)` or
+    `load_partition(folder, rank)`) of `data.graph`; `comm` defaults to MPI's world. The
+    methods are the Trainer's; metrics and losses are global."""
+
+    def __init__(self, model, data, part, optimizer=None, backend="numpy", seed=0,
+                 normalize=True, transformer=None, comm=None):
+        part.check_graph(data.graph)
+        self.part = part
+        self.exchange = Exchange(comm if comm is not None else world(), part)
+        self.graph = LocalGraph.from_part(part, self.exchange)
+        self.model = model
+        self.data = data
+        self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
+        self.seed = seed
+        features = normalize_features(data.features) if normalize else data.features
+        nodes = part.nodes
+        self.features = features[nodes]
+        self.labels = np.asarray(data.labels)[nodes]
+        is_master = np.arange(nodes.shape[0]) < part.num_masters
+        self.masks = {s: np.asarray(getattr(data, s + "_mask"), bool)[nodes] & is_master
+                      for s in SPLITS}
+        self.counts = {s: int(np.asarray(getattr(data, s + "_mask"), bool).sum())
+                       for s in SPLITS}
+        self.transformer = transformer or ngt.make_transformer(backend)
+
+        n = nodes.shape[0]
+        self.x = ng.placeholder((n, data.num_features), name="features")
+        self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
+        self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
+        logits = model(self.graph, self.x, training=True)
+        self.loss = self.master_loss(logits)
+        lower_zoom_outs([self.loss])
+        seed_dropout([self.loss], seed)        # before rewriting: one process's order
+        insert_communication([self.loss], self.graph)
+        updates = self.optimizer.updates(self.loss,
+                                         reduce=lambda g: AllReduce(g, self.exchange))
+        self.train_step = self.transformer.computation([self.loss] + updates, self.x, self.y,
+                                                       self.train_mask, name="train_step")
+        self.logits = model(self.graph, self.x, training=False)
+        insert_communication([self.logits], self.graph)
+        self.evaluate_logits = self.transformer.computation(self.logits, self.x,
+                                                            name="evaluate")
+        self.history = []
+
+    def master_loss(self, logits):
+        """This rank's share of ng.cross_entropy(logits, labels, train_mask) of the whole
+        graph: its masters' terms over the whole graph's count."""
+        picked = Sum(LogSoftmax(logits, axis=-1) * OneHot(self.y, logits.shape[1],
+                                                          dtype=logits.dtype), axis=-1)
+        weight = Cast(self.train_mask, logits.dtype)
+        count = ng.constant(float(max(self.counts["train"], 1)), dtype=logits.dtype)
+        return -Sum(picked * weight) / Maximum(count, 1.0)
+
+    # ---- training and metrics, over all ranks ----------------------------------------------
+    def step(self):
+        outputs = self.train_step(self.features, self.labels, self.masks["train"])
+        return float(self.exchange.sum([outputs[0]])[0])
+
+    def split_metrics(self, logits, split):
+        """(accuracy, mean cross-entropy) of `split` over the whole graph."""
+        mask = self.masks[split]
+        logits = np.asarray(logits, dtype=np.float64)[mask]
+        labels = self.labels[mask]
+        correct = float((logits.argmax(axis=1) == labels).sum()) if len(labels) else 0.0
+        shifted = logits - logits.max(axis=1, keepdims=True) if len(labels) else logits
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        loss = float(-log_probs[np.arange(len(labels)), labels].sum()) if len(labels) else 0.0
+        count = self.counts[split]
+        if count == 0:
+            raise ValueError("accuracy: the mask selects no rows")
+        correct, loss = self.exchange.sum([correct, loss])
+        return correct / count, loss / count
+
+    def validation(self):
+        return self.split_metrics(self.predict(), "val")
+
+    def evaluate(self):
+        logits = self.predict()
+        return {split: self.split_metrics(logits, split)[0] for split in SPLITS}
+
+    def communication(self):
+        """({kind: bytes sent by all ranks}, {kind: seconds of the slowest rank}) so far,
+        kinds "sync" (mirrors and masters) and "allreduce" (weight gradients)."""
+        return self.exchange.totals()

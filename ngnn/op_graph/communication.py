@@ -1,0 +1,98 @@
+"""Communication ops (seed 001, DistIR): what ranks exchange is part of the op-graph.
+
+A partition's local graph (ngnn.distributed) holds, on each rank, the masters of some
+vertices and mirrors of the remote vertices its edges touch; a node tensor has one row per
+local vertex. Three ops move data between ranks, each with the rank it runs on and the
+peers it talks to printed in the IR:
+
+* `MirrorReduce`: each master receives its mirrors' rows and combines them with its own
+  (sum, max or min); mirror rows become 0. A partial aggregation becomes the whole one.
+* `MasterBroadcast`: each mirror row becomes a copy of its master's row.
+* `AllReduce`: every rank gets the sum over ranks (weight gradients).
+
+Summing over ranks, the adjoint of a mirror-to-master sum is the master-to-mirror
+broadcast and the other way round; all-reduce is its own adjoint. The ops are stateful so
+no pass folds or merges them away.
+"""
+from .op import Op, as_ops
+
+
+class Communication(Op):
+    kind = "comm"
+    is_stateful = True
+
+    def __init__(self, x, shape=None, name=None):
+        (x,) = as_ops(x)
+        super().__init__([x], shape=x.shape if shape is None else shape, dtype=x.dtype,
+                         scope=x.scope, name=name)
+
+
+class MirrorReduce(Communication):
+    """out[master] = reduce(its row and its mirrors' rows on the other ranks), out[mirror]
+    = 0. With `at` ("dst" or "src"), x is a partial aggregation at that end: only copies
+    with local edges there take part (the others hold no contribution: they send nothing,
+    and for max and min their 0 is no candidate), and a vertex with no edges anywhere gets
+    0. With at=None every copy takes part."""
+
+    def __init__(self, x, graph, reduce="sum", at=None, name=None):
+        if reduce != "sum" and at is None:
+            raise ValueError("mirror_reduce: max and min reduce partial aggregations; "
+                             "name their end with at=")
+        if reduce not in ("sum", "max", "min"):
+            raise ValueError(f"mirror_reduce: reduce must be sum, max or min, got {reduce!r}")
+        self.graph, self.reduce, self.at = graph, reduce, at
+        super().__init__(x, name=name)
+        if self.shape[:1] != (graph.num_nodes,):
+            raise ValueError(f"mirror_reduce: expected a node tensor of {graph.num_nodes} "
+                             f"rows, got shape {self.shape}")
+
+    def attrs(self):
+        at = {} if self.at is None else {"at": self.at}
+        return {"graph": self.graph, "reduce": self.reduce, **at,
+                **self.graph.exchange.describe("reduce")}
+
+    def with_args(self, args, lead=0):
+        return MirrorReduce(*args, self.graph, self.reduce, self.at, name=self.name)
+
+    def adjoints(self, delta):
+        if self.reduce != "sum":
+            raise ValueError(f"mirror_reduce {self.reduce} has no gradient: use it under "
+                             "ng.stop_gradient (as GAT's softmax shift is)")
+        return [MasterBroadcast(delta, self.graph)]
+
+
+class MasterBroadcast(Communication):
+    """out[master] = x[master], out[mirror] = x[its master on the owning rank]."""
+
+    def __init__(self, x, graph, name=None):
+        self.graph = graph
+        super().__init__(x, name=name)
+        if self.shape[:1] != (graph.num_nodes,):
+            raise ValueError(f"master_broadcast: expected a node tensor of {graph.num_nodes} "
+                             f"rows, got shape {self.shape}")
+
+    def attrs(self):
+        return {"graph": self.graph, **self.graph.exchange.describe("broadcast")}
+
+    def with_args(self, args, lead=0):
+        return MasterBroadcast(*args, self.graph, name=self.name)
+
+    def adjoints(self, delta):
+        return [MirrorReduce(delta, self.graph, "sum")]
+
+
+class AllReduce(Communication):
+    """The sum of x over every rank of `exchange`, on every rank."""
+
+    def __init__(self, x, exchange, name=None):
+        self.exchange = exchange
+        super().__init__(x, name=name)
+
+    def attrs(self):
+        return self.exchange.describe("allreduce")
+
+    def with_args(self, args, lead=0):
+        return AllReduce(*args, self.exchange, name=self.name)
+
+    def adjoints(self, delta):
+        return [AllReduce(delta, self.exchange)]
