@@ -1,6 +1,7 @@
-"""The `ngnn` command: train, datasets, show-ir, bench.
+"""The `ngnn` command: train, datasets, show-ir, bench, partition.
 
     ngnn train --model gat --dataset cora --runs 5
+    mpiexec -n 2 ngnn train --model gcn --dataset cora --partition cvc
     ngnn datasets
     ngnn show-ir --model gcn --dataset cora
     ngnn bench --model gcn --dataset cora --epochs 20
@@ -61,8 +62,29 @@ def make_trainer(args, data, seed, transformer=None):
     from ngnn.train import Trainer
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
     optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    if getattr(args, "part", None) is not None:
+        from ngnn.distributed import DistributedTrainer
+        return DistributedTrainer(model, data, args.part, optimizer, backend=args.backend,
+                                  seed=seed, normalize=args.normalize_features,
+                                  transformer=transformer)
     return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
                    normalize=args.normalize_features, transformer=transformer)
+
+
+def distributed(args):
+    return getattr(args, "partition", None) or getattr(args, "partition_dir", None)
+
+
+def _is_root(args):
+    """Rank 0 of a distributed run, or a single process: the one that writes files."""
+    return getattr(args, "part", None) is None or args.part.rank == 0
+
+
+def attach_part(args, data):
+    """Under --partition / --partition-dir: this rank's part, and a line describing it."""
+    from ngnn.distributed import launch
+    args.part = launch.local_part(data, args.partition, args.partition_dir)
+    print(launch.describe(args.part))
 
 
 # ---- subcommands -------------------------------------------------------------------------
@@ -70,6 +92,8 @@ def make_trainer(args, data, seed, transformer=None):
 def cmd_train(args):
     data = load_dataset(args)
     print(data.summary())
+    if distributed(args):
+        attach_part(args, data)
     print(f"model {args.model}: hidden {args.hidden}" +
           (f" x {args.heads} heads" if args.model == "gat" else "") +
           f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
@@ -82,10 +106,13 @@ def cmd_train(args):
         trainer = make_trainer(args, data, seed)
         try:
             history = trainer.fit(args.epochs, patience=args.patience,
-                                  progress=not args.no_progress)
-            result = trainer.evaluate()
+                                  progress=not args.no_progress and _is_root(args))
             per_epoch = trainer.time_per_epoch() if len(history) > 1 else None
-            if args.save:
+            if distributed(args):
+                from ngnn.distributed.launch import per_epoch as communication
+                print(communication(trainer, len(history)))
+            result = trainer.evaluate()
+            if args.save and _is_root(args):
                 trainer.save(_run_path(args.save, run, args.runs))
         finally:
             trainer.transformer.close()
@@ -156,6 +183,9 @@ def cmd_bench(args):
     data = load_dataset(args)
     print(data.summary())
     backends = [args.backend] if args.backend else ngt.transformer_choices()
+    if distributed(args):
+        attach_part(args, data)
+        backends = [args.backend or "numpy"]
     for backend in backends:
         args.backend = backend
         trainer = make_trainer(args, data, args.seed)
@@ -163,17 +193,47 @@ def cmd_bench(args):
         trainer.step()
         trainer.predict()
         first = time.perf_counter() - start
+        if distributed(args):
+            before = trainer.communication()
         trainer.fit(args.epochs, progress=False)
         per_epoch = trainer.time_per_epoch()
         step = np.mean([record["step_time"] for record in trainer.history[1:]])
         trainer.transformer.close()
-        print(f"{args.model} on {data.name}, {backend}: {1000 * per_epoch:.1f} ms/epoch "
-              f"(training step {1000 * step:.1f} ms), first epoch with compilation "
+        where = f", {args.part.num_parts} ranks" if distributed(args) else ""
+        print(f"{args.model} on {data.name}, {backend}{where}: {1000 * per_epoch:.1f} "
+              f"ms/epoch (training step {1000 * step:.1f} ms), first epoch with compilation "
               f"{first:.1f} s")
+        if distributed(args):
+            from ngnn.distributed.launch import bench_line
+            print(bench_line(trainer, before, len(trainer.history)))
     return 0
 
 
 # ---- argument parsing --------------------------------------------------------------------
+
+def cmd_partition(args):
+    from ngnn import distributed as dist
+    data = load_dataset(args)
+    print(data.summary())
+    start = time.perf_counter()
+    parts = dist.partition(data.graph, args.parts, args.policy)
+    seconds = time.perf_counter() - start
+    parts.save(args.out)
+    print(f"{parts.summary()} (partitioned in {seconds:.2f} s)")
+    print(f"wrote {args.out}: manifest.json and part0..{args.parts - 1}.npz; train with "
+          f"mpiexec -n {args.parts} ngnn train --dataset {args.dataset} --partition-dir "
+          f"{args.out}")
+    return 0
+
+
+def _add_distributed_options(parser):
+    group = parser.add_argument_group("distributed (run under mpiexec -n K)")
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--partition", choices=("oec", "iec", "cvc", "metis"),
+                       help="partition the graph over the K ranks with this policy")
+    where.add_argument("--partition-dir", metavar="FOLDER",
+                       help="use the partition saved in FOLDER by `ngnn partition`")
+
 
 def _add_model_options(parser, datasets):
     parser.add_argument("--model", choices=MODELS, default="gcn")
@@ -214,6 +274,7 @@ def make_parser():
     train.add_argument("--runs", type=int, default=1)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--save", metavar="PATH", help="save the trained weights (.npz)")
+    _add_distributed_options(train)
     train.set_defaults(func=cmd_train)
 
     listing = sub.add_parser("datasets", help="list the embedded datasets")
@@ -232,7 +293,15 @@ def make_parser():
     bench.add_argument("--backend", choices=ngt.transformer_choices(),
                        help="one backend (default: every backend that runs here)")
     bench.add_argument("--epochs", type=int, default=20)
+    _add_distributed_options(bench)
     bench.set_defaults(func=cmd_bench)
+
+    part = sub.add_parser("partition", help="partition a dataset's graph and save it")
+    _add_model_options(part, datasets)
+    part.add_argument("--parts", type=int, required=True, help="number of parts (ranks)")
+    part.add_argument("--policy", choices=("oec", "iec", "cvc", "metis"), default="cvc")
+    part.add_argument("--out", required=True, metavar="FOLDER")
+    part.set_defaults(func=cmd_partition)
     return parser
 
 
@@ -252,6 +321,9 @@ def _fill_defaults(args):
 def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
+    if distributed(args):
+        from ngnn.distributed.launch import run_on_ranks
+        return run_on_ranks(args.command, lambda: _fill_defaults(args) or args.func(args))
     try:
         if hasattr(args, "model"):
             _fill_defaults(args)
