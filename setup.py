@@ -6,7 +6,7 @@ name belongs to another library) and `templates/` as `ngnn.templates` package da
 from setuptools import setup
 
 CORE_PACKAGES = ["ngnn", "ngnn.op_graph", "ngnn.passes", "ngnn.frontend", "ngnn.nn",
-                 "ngnn.datasets"]
+                 "ngnn.datasets", "ngnn.distributed"]
 
 setup(
     name="ngnn",
@@ -25,7 +25,7 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6", "networkx>=2.8"],
         "opencl": ["pyopencl>=2022.1"],
         "cuda": ["pycuda>=2022.1"],
-        "mpi": ["mpi4py>=3.1", "mpich"],
+        "mpi": ["mpi4py>=3.1", "mpich", "pymetis>=2023.1"],
     },
     entry_points={"console_scripts": ["ngnn=ngnn.cli:main"]},
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs ngnn with what its tests use: the OpenCL runtime (PoCL, so the GPU transformer's
-# kernels run on this CPU), pyopencl, and the test tools. nvcc, when present, compiles the
+# kernels run on this CPU), pyopencl, MPI (mpi4py with pip's mpich, whose mpiexec the
+# distributed tests start; pymetis for the metis partition policy), and the test tools. nvcc, when present, compiles the
 # CUDA rendering of every kernel in the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,4 @@ if ! ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then
         exit 1
     fi
 fi
-python -m pip install -q -e ".[test,opencl]"
+python -m pip install -q -e ".[test,opencl,mpi]"

@@ -11,3 +11,4 @@ from .exchange import Exchange, world
 from .local_graph import LocalGraph
 from .lowering import insert_communication
 from .trainer import DistributedTrainer
+from . import launch

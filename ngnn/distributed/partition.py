@@ -93,8 +93,8 @@ def metis_owner(g, num_parts):
                            np.concatenate([g.dst[keep], g.src[keep]]))), shape=(n, n)).tocsr()
     both.sum_duplicates()
     options = pymetis.Options(seed=0)
-    _, membership = pymetis.part_graph(num_parts, xadj=both.indptr, adjncy=both.indices,
-                                       options=options)
+    adjacency = pymetis.CSRAdjacency(both.indptr, both.indices)
+    _, membership = pymetis.part_graph(num_parts, adjacency, options=options)
     return np.asarray(membership, dtype=np.int64)
 
 

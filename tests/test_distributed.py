@@ -1,0 +1,234 @@
+"""ngnn.distributed: partitions, and training over 1, 2, 3 and 4 MPI ranks (mpiexec from the
+`mpi` extra) equal to one process."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import ngnn as ng
+from ngnn import datasets, distributed as dist
+from ngnn.distributed.partition import POLICIES
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVER = os.path.join(HERE, "distributed_driver.py")
+
+
+def mpiexec():
+    """The mpiexec installed beside this Python (pip's mpich), else the one on PATH."""
+    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
+        path = shutil.which("mpiexec", path=folder)
+        if path:
+            return path
+    path = shutil.which("mpiexec")
+    assert path, "mpiexec not found: install the mpi extra (pip install -e '.[mpi]')"
+    return path
+
+
+def run_ranks(ranks, *args, timeout=180, cwd=None):
+    return subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def driver(ranks, *args):
+    done = run_ranks(ranks, DRIVER, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rmat(num_nodes=3000, seed=2):
+    return datasets.synthetic("rmat", num_nodes, 8, 4, 2, seed=seed).graph
+
+
+# ---- partitions --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("num_parts", [1, 3, 4])
+def test_partition_masters_mirrors_and_edges(policy, num_parts):
+    g = rmat()
+    parts = dist.partition(g, num_parts, policy)
+    assert parts.owner.shape == (g.num_nodes,) and parts.edge_part.shape == (g.num_edges,)
+    assert set(np.unique(parts.owner)) == set(range(num_parts))
+    copies = 0
+    for p in range(num_parts):
+        masters, mirrors = parts.masters(p), parts.mirrors(p)
+        eids = parts.edges(p)
+        touched = np.union1d(g.src[eids], g.dst[eids])
+        np.testing.assert_array_equal(mirrors, np.setdiff1d(touched, masters))
+        assert np.all(parts.owner[mirrors] != p)
+        copies += len(masters) + len(mirrors)
+        local = parts.part(p)
+        np.testing.assert_array_equal(local.nodes[local.src], g.src[eids])
+        np.testing.assert_array_equal(local.nodes[local.dst], g.dst[eids])
+    assert parts.replication_factor == pytest.approx(copies / g.num_nodes)
+    if policy == "oec":
+        np.testing.assert_array_equal(parts.edge_part, parts.owner[g.src])
+    if policy in ("iec", "metis"):
+        np.testing.assert_array_equal(parts.edge_part, parts.owner[g.dst])
+
+
+def test_exchange_lists_line_up():
+    g = rmat()
+    parts = dist.partition(g, 4, "cvc")
+    locals_ = [parts.part(p) for p in range(4)]
+    for p, part in enumerate(locals_):
+        for q, rows in part.mirrors_from.items():
+            other = locals_[q]
+            np.testing.assert_array_equal(part.nodes[rows], other.nodes[other.masters_to[p]])
+            assert np.all(rows >= part.num_masters)
+            assert np.all(other.masters_to[p] < other.num_masters)
+
+
+def test_cvc_balances_edges_of_rmat():
+    g = datasets.synthetic("rmat", 100000, 10, 1, 2, seed=0).graph
+    start = time.perf_counter()
+    parts = dist.partition(g, 4, "cvc")
+    assert time.perf_counter() - start < 5    # vectorized (R-MAT 500K takes ~0.3 s)
+    assert parts.edge_imbalance <= 1.05
+    assert parts.vertex_imbalance <= 1.05
+    # A vertex has copies only in its master's grid row and column.
+    assert parts.replication_factor <= 3
+
+
+def test_partition_rejects_bad_arguments():
+    g = rmat(50)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        dist.partition(g, 2, "random")
+    with pytest.raises(ValueError, match="num_parts must be a positive int"):
+        dist.partition(g, 0, "oec")
+    with pytest.raises(ValueError, match="leaves a part without masters"):
+        dist.partition(g, 51, "oec")
+
+
+def test_save_and_load(tmp_path):
+    g = rmat()
+    parts = dist.partition(g, 3, "iec")
+    parts.save(tmp_path / "parts")
+    assert sorted(os.listdir(tmp_path / "parts")) == ["manifest.json", "part0.npz",
+                                                      "part1.npz", "part2.npz"]
+    manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
+    assert manifest["graph_fingerprint"] == g.fingerprint and manifest["num_parts"] == 3
+    for p in range(3):
+        loaded, direct = dist.load_partition(tmp_path / "parts", p), parts.part(p)
+        for name in ("nodes", "edges", "src", "dst"):
+            np.testing.assert_array_equal(getattr(loaded, name), getattr(direct, name))
+        assert loaded.num_masters == direct.num_masters
+        assert loaded.mirrors_from.keys() == direct.mirrors_from.keys()
+        loaded.check_graph(g)
+    with pytest.raises(ValueError, match="made from another graph"):
+        dist.load_partition(tmp_path / "parts", 0).check_graph(rmat(seed=3))
+    with pytest.raises(ValueError, match="needs 3 ranks; this is rank 3"):
+        dist.load_partition(tmp_path / "parts", 3)
+    (tmp_path / "parts" / "part1.npz").write_bytes(b"not an archive")
+    with pytest.raises(ValueError, match="part1.npz is missing or corrupt"):
+        dist.load_partition(tmp_path / "parts", 1)
+    with pytest.raises(ValueError, match="holds no partition"):
+        dist.load_partition(tmp_path, 0)
+
+
+def test_communication_ops_are_each_others_adjoints():
+    """<B x, y> = <x, R y> on one rank (no mirrors: both are identities) and the IR names
+    the ranks; the sums over ranks are checked by the MPI runs below."""
+    data = datasets.synthetic("sbm", 60, 4, 3, 2, seed=0)
+    part = dist.partition(data.graph, 1, "cvc").part(0)
+    exchange = dist.Exchange(dist.world(), part)
+    g = dist.LocalGraph.from_part(part, exchange)
+    x = ng.placeholder((g.num_nodes, 3), name="x")
+    y = ng.op_graph.MasterBroadcast(ng.op_graph.MirrorReduce(x, g, "sum"), g)
+    dx = ng.grad(ng.sum(y * y), x)
+    from ngnn import transformers as ngt
+    with ngt.make_transformer("numpy") as t:
+        comp = t.computation([y, dx], x)
+        value = np.random.default_rng(0).standard_normal((g.num_nodes, 3)).astype(np.float32)
+        out, grad = comp(value)
+        np.testing.assert_allclose(out, value)
+        np.testing.assert_allclose(grad, 2 * value, rtol=1e-6)
+        assert "mirror_reduce(%x, reduce=sum, rank=0" in comp.ir
+        assert "master_broadcast(" in comp.ir
+
+
+# ---- over MPI ranks ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_ranks_train_what_one_process_trains(ranks):
+    """Every model, every policy, dropout on: the trained weights, the loss and the
+    accuracies equal the single-process run."""
+    report = driver(ranks, "equal", "gcn,sage,gat,gin", ",".join(POLICIES), "3")
+    assert len(report) == 16
+    for key, result in report.items():
+        assert result["weights"] < 1e-5, key
+        assert result["loss"] < 1e-5, key
+        assert result["accuracy"] == 0, key
+
+
+def test_bytes_per_epoch_follow_from_mirrors_and_weights():
+    """GCN (hidden 8, 4 classes, both layers transform first) on a 4-way cvc partition of
+    R-MAT: per epoch, each of the 2 aggregations syncs in the training step and in the
+    evaluation pass (mirror reduction of the mirrors with local in-edges R, broadcast to
+    all mirrors M), and both adjoint syncs send every mirror each way; each rank
+    all-reduces the 172 parameters once (docs/distributed.md)."""
+    report = driver(4, "bytes")
+    data = datasets.synthetic("rmat", 2000, 8, 16, 4, seed=2)
+    g = data.graph
+    parts = dist.partition(g, 4, "cvc")
+    mirrors = sum(len(parts.mirrors(p)) for p in range(4))
+    received = 0          # mirrors that are destinations of a local edge other than a loop
+    for p in range(4):
+        eids = parts.edges(p)
+        dst = g.dst[eids][g.src[eids] != g.dst[eids]]
+        received += len(np.unique(dst[parts.owner[dst] != p]))
+    widths = 8 + 4
+    assert report["params"] == 16 * 8 + 8 + 8 * 4 + 4
+    assert report["sync"] == 4 * widths * (2 * (received + mirrors) + 2 * mirrors)
+    assert report["allreduce"] == 4 * 4 * report["params"]
+
+
+def test_failing_rank_stops_every_rank_with_its_message():
+    start = time.perf_counter()
+    done = run_ranks(2, DRIVER, "fail", timeout=120)
+    assert time.perf_counter() - start < 60
+    assert done.returncode != 0
+    assert "error on rank 1 of 2: injected failure in the third training step" in done.stderr
+
+
+def test_command_line_train_save_and_partition_dir(tmp_path):
+    """`mpiexec -n 2 ngnn train --partition cvc --save` and `--partition-dir` with a
+    saved partition give the single-process weights; mismatches are errors before
+    training."""
+    common = ["-m", "ngnn.cli", "train", "--model", "sage", "--dataset", "sbm",
+              "--num-nodes", "300", "--num-features", "16", "--hidden", "8", "--epochs", "4",
+              "--no-progress"]
+    single = subprocess.run([sys.executable] + common[:] + ["--save", "w1.npz"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert single.returncode == 0, single.stderr
+    done = run_ranks(2, *common, "--partition", "cvc", "--save", "w2.npz", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "replication factor" in done.stdout and "mirror sync" in done.stdout
+    assert done.stdout.count("test accuracy") == 1          # rank 0 speaks
+    partition = subprocess.run([sys.executable, "-m", "ngnn.cli", "partition", "--dataset",
+                                "sbm", "--num-nodes", "300", "--num-features", "16",
+                                "--parts", "2", "--policy", "metis", "--out", "parts"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert partition.returncode == 0, partition.stderr
+    saved = run_ranks(2, *common, "--partition-dir", "parts", "--save", "w3.npz",
+                      cwd=tmp_path)
+    assert saved.returncode == 0, saved.stderr
+    with np.load(tmp_path / "w1.npz") as w1, np.load(tmp_path / "w2.npz") as w2, \
+            np.load(tmp_path / "w3.npz") as w3:
+        assert sorted(w1.files) == sorted(w2.files) == sorted(w3.files)
+        for name in w1.files:
+            scale = max(np.abs(w1[name]).max(), 1e-30)
+            assert np.abs(w1[name] - w2[name]).max() <= 1e-5 * scale, name
+            assert np.abs(w1[name] - w3[name]).max() <= 1e-5 * scale, name
+
+    wrong_count = run_ranks(3, *common, "--partition-dir", "parts", cwd=tmp_path)
+    assert wrong_count.returncode != 0
+    assert "has 2 parts but 3 ranks run" in wrong_count.stderr
+    other_graph = run_ranks(2, *common, "--data-seed", "7", "--partition-dir", "parts",
+                            cwd=tmp_path)
+    assert other_graph.returncode != 0
+    assert "made from another graph" in other_graph.stderr
