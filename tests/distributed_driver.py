@@ -1,8 +1,9 @@
 """Run under mpiexec by tests/test_distributed.py; rank 0 prints one JSON line.
 
-    mpiexec -n K python tests/distributed_driver.py equal MODELS POLICIES EPOCHS
+    mpiexec -n K python tests/distributed_driver.py equal MODELS POLICIES EPOCHS [BACKEND]
         trains each model on each policy's partition over the K ranks and, on rank 0, in
-        one process; reports the largest relative difference of any trained array.
+        one process, on BACKEND (default numpy); reports the largest relative difference
+        of any trained array.
     mpiexec -n 4 python tests/distributed_driver.py bytes
         trains GCN on an R-MAT graph for 2 epochs; reports the bytes sent per epoch.
     mpiexec -n 2 python tests/distributed_driver.py fail
@@ -33,7 +34,7 @@ def relative_difference(a, b):
     return max(float(np.abs(a[k] - b[k]).max() / max(np.abs(a[k]).max(), 1e-30)) for k in a)
 
 
-def equal(models, policies, epochs):
+def equal(models, policies, epochs, backend="numpy"):
     comm = dist.world()
     data = datasets.synthetic(**GRAPH)
     report = {}
@@ -41,13 +42,15 @@ def equal(models, policies, epochs):
         reference = None
         if comm.Get_rank() == 0:
             model, optimizer = build(name, data)
-            single = Trainer(model, data, optimizer, seed=5)
+            single = Trainer(model, data, optimizer, seed=5, backend=backend)
             single.fit(epochs, progress=False)
             reference = (single.state(), single.history[-1]["loss"], single.evaluate())
+            single.transformer.close()
         for policy in policies.split(","):
             part = dist.launch.local_part(data, policy)
             model, optimizer = build(name, data)
-            trainer = dist.DistributedTrainer(model, data, part, optimizer, seed=5)
+            trainer = dist.DistributedTrainer(model, data, part, optimizer, seed=5,
+                                              backend=backend)
             trainer.fit(epochs, progress=False)
             state, accuracy = trainer.state(), trainer.evaluate()
             trainer.transformer.close()
@@ -90,6 +93,7 @@ if __name__ == "__main__":
     what = sys.argv[1]
     if what == "fail":
         sys.exit(fail())
-    result = equal(*sys.argv[2:4], int(sys.argv[4])) if what == "equal" else bytes_per_epoch()
+    result = equal(*sys.argv[2:4], int(sys.argv[4]), *sys.argv[5:]) if what == "equal" \
+        else bytes_per_epoch()
     if dist.world().Get_rank() == 0:
         print(json.dumps(result), flush=True)

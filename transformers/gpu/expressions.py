@@ -282,7 +282,7 @@ class Block:
         if isinstance(op, EdgeSoftmax):
             return self.edge_softmax(op, coords)
         if isinstance(op, DropoutMask):
-            return self.dropout(op, flat_index(coords, op.shape))
+            return self.dropout(op, self.mask_position(op, coords))
         if isinstance(op, OneHot):
             label = self.value(op.args[0], coords[:-1])
             return self.declare(op.dtype, f"({label} == ({coords[-1]})) ? "
@@ -348,12 +348,22 @@ class Block:
             close()
         return peak, total
 
+    def mask_position(self, op, coords):
+        """The element's position in its mask: row-major, or for a mask keyed by global
+        row ids (DropoutMask.rows) the position of that row in the larger mask."""
+        if op.rows is None:
+            return flat_index(coords, op.shape)
+        graph, attribute = op.rows
+        width = int(np.prod(op.shape[1:], dtype=np.int64))
+        row = f"{self.params.graph_array(graph, attribute)}[{coords[0]}]"
+        return f"(uint){row} * {width}u + (uint)({flat_index(coords[1:], op.shape[1:])})"
+
     def dropout(self, op, flat):
         """keep / (1 - rate), keep = u >= rate with u the Philox float at counter
         step * size + flat: the numbers ngnn.philox gives the NumPy transformer."""
         self.params.uses_step = True
         seed = op.seed
-        base = f"((ulong)step * {op.size}UL)"
+        base = f"((ulong)step * {op.total_size}UL)"
         u = self.declare(np.float32, f"philox_uniform_at({seed & 0xFFFFFFFF}u, {seed >> 32}u, "
                          f"(uint){base}, (uint)({base} >> 32), (uint)({flat}), 0u)", "u")
         scale = op.dtype.type(1.0 / (1.0 - op.rate))

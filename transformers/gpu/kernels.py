@@ -9,7 +9,8 @@ import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.naming import Namer, sanitize
-from ngnn.op_graph import (Aggregate, Concat, Dot, EdgeSoftmax, LogSoftmax, Max, Mean, Min, Op,
+from ngnn.op_graph import (Aggregate, Communication, Concat, Dot, EdgeSoftmax, LogSoftmax,
+                           MasterBroadcast, Max, Mean, Min, MirrorReduce, Op,
                            Reduction, Softmax, Unslice)
 
 from .expressions import (Block, KernelParams, broadcast_coords, ctype, extreme, flat_index,
@@ -77,6 +78,31 @@ class GPUKernel:
         return f"<GPUKernel {self.name} {self.template} global={self.global_size}>"
 
 
+class HostStep:
+    """A communication op, run on the host between kernels: its input is downloaded, the
+    rank's exchange (MPI) computes the result, which is uploaded. `inputs` as a kernel's."""
+
+    def __init__(self, op, plan):
+        self.op = op
+        self.name = f"host_{op.op_name}"
+        self.inputs = [plan.base(op.args[0])]
+
+    def bind(self, x, out):
+        """The launch: a function of no arguments moving x's tensor into out's."""
+        op = self.op
+
+        def run():
+            value, result = x.get(), np.empty(op.shape, op.dtype)
+            if isinstance(op, MirrorReduce):
+                op.graph.reduce_to_masters(value, op.reduce, op.at, out=result)
+            elif isinstance(op, MasterBroadcast):
+                op.graph.broadcast_to_mirrors(value, out=result)
+            else:
+                op.exchange.allreduce(value, out=result)
+            out.set(result)
+        return run
+
+
 generate = on_type
 
 
@@ -92,6 +118,10 @@ class GPUKernelGenerator(TypeDispatched):
         # The template's prefix keeps kernel names clear of C functions (exp, max, ...).
         name = self.namer(f"{PREFIXES[template]}_{sanitize(op.name or op.op_name)}")
         return GPUKernel(name, op, template, fields, params, global_size, local_size)
+
+    @generate.on_type(Communication)
+    def generate(self, op):
+        return HostStep(op, self.plan)
 
     @generate.on_type(Op)
     def generate(self, op):

@@ -11,7 +11,8 @@ disappears into the aggregation.
 Liveness is per kernel, not per op: a kernel reads all its inputs while it writes its
 output, so an input's buffer is freed only after the last kernel that reads it.
 """
-from ngnn.op_graph import (Aggregate, Assign, Broadcast, Constant, DropoutMask, EdgeSoftmax,
+from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Constant, DropoutMask,
+                           EdgeSoftmax,
                            ElementWise, Gather, OneHot, Placeholder, Reshape, Slice, Transpose,
                            Variable)
 from ngnn.passes import GraphPass, MemoryPlan
@@ -49,7 +50,10 @@ def fusable_into(op, readers, root, edge_loops):
     evaluation per output element, or where a loop over the same vertex's edges gathers it
     (softmax-style max, then sum, then weighted sum: each computed once before the next).
     An edge softmax is fused only where an aggregation over the same edges reads it: its
-    per-vertex max and sum are then computed once, before that aggregation's loop."""
+    per-vertex max and sum are then computed once, before that aggregation's loop.
+    A communication op runs on the host: whatever it reads is stored."""
+    if isinstance(root, Communication):
+        return False
     if isinstance(op, Aggregate):
         node_compute = isinstance(root, ElementWise) and root.shape == op.shape and \
             all(isinstance(r, ElementWise) and r.shape == op.shape for r in readers)

@@ -17,7 +17,7 @@ import numpy as np
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
 
 from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
-from .kernels import GPUKernelGenerator
+from .kernels import GPUKernelGenerator, HostStep
 from .planning import KernelPlanning, plan_memory
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 
@@ -97,7 +97,7 @@ class GPUKernelGroup:
                  label_checks):
         self.transformer = transformer
         self.kernels = kernels
-        self.launches = launches            # (runtime kernel, global, local, bound args)
+        self.launches = launches            # (kernel, global, local, args) or (host step, None...)
         self.parameters = parameters        # DeviceTensors, in call order
         self.results = results              # DeviceTensors to download
         self.deferred = deferred            # (value tensor, variable tensor)
@@ -111,6 +111,9 @@ class GPUKernelGroup:
         for tensor, value in zip(self.parameters, values):
             tensor.set(value)
         for kernel, global_size, local_size, bound in self.launches:
+            if global_size is None:
+                kernel()            # a host step (communication between ranks)
+                continue
             call_args = [np.uint32(step) if a is None else a for a in bound]
             runtime.launch(kernel, global_size, local_size, call_args)
         # Assignments land after every kernel, so every read saw the old values; a variable
@@ -208,11 +211,16 @@ class GPUTransformer(Transformer):
                 tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
             return tensor.view(op.shape)
 
+        steps, kernels = kernels, [k for k in kernels if not isinstance(k, HostStep)]
         generated_kernels.append(kernels)
         source = render_program(kernels, self.runtime.dialect)
         built = build_program(self.runtime, source, [k.name for k in kernels])
         launches = []
-        for k in kernels:
+        for k in steps:
+            if isinstance(k, HostStep):
+                launches.append((k.bind(tensor_of(k.op.args[0]), tensor_of(k.op)), None, None,
+                                 None))
+                continue
             if not all(k.global_size):
                 continue              # an empty tensor: nothing to compute
             bound = []
