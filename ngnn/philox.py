@@ -122,3 +122,26 @@ def uniform_at(seed, positions, stream=0):
         words = _words(seed, block >> np.uint64(2), stream)
         np.choose((block & np.uint64(3)).astype(np.intp), words, out=out[start:start + BLOCK])
     return out.reshape(positions.shape)
+
+
+def uniform_rows(seed, base, rows, width, stream=0):
+    """(len(rows), width) float32: element (i, j) is the Philox float at position
+    base + rows[i] * width + j, i.e. rows `rows` of uniform(seed, base, n * width) viewed
+    as n rows of `width` (a dropout mask keyed by global row ids). When rows start on
+    whole counters (base and width multiples of 4), each counter is computed once and its
+    four words are the row's next four numbers."""
+    rows = np.asarray(rows, dtype=np.uint64).reshape(-1)
+    seed = _check_range("seed", seed, 64)
+    base = _check_range("base", base, 64)
+    width = int(width)
+    if width % 4 or base % 4 or width == 0:
+        flat = rows[:, None] * np.uint64(width) + np.arange(width, dtype=np.uint64)
+        return uniform_at(seed, np.uint64(base) + flat, stream)
+    per_row = width // 4
+    counters = (np.uint64(base >> 2) + rows[:, None] * np.uint64(per_row) +
+                np.arange(per_row, dtype=np.uint64)).reshape(-1)
+    out = np.empty((counters.shape[0], 4), np.float32)
+    for start in range(0, counters.shape[0], BLOCK):
+        block = counters[start:start + BLOCK]
+        np.stack(_words(seed, block, stream), axis=-1, out=out[start:start + len(block)])
+    return out.reshape(rows.shape[0], width)

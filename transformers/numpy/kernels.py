@@ -206,8 +206,7 @@ def dropout_mask_rows(seed, step, rate, rows, size, out):
     """Rows `rows` of the dropout mask of a tensor of `size` elements shaped
     (rows,) + out.shape[1:]: the numbers `dropout_mask` draws for the whole tensor."""
     width = int(np.prod(out.shape[1:], dtype=np.int64))
-    flat = rows.astype(np.uint64)[:, None] * np.uint64(width) + np.arange(width, dtype=np.uint64)
-    return _mask(philox.uniform_at(seed, np.uint64(step * size) + flat), rate, out)
+    return _mask(philox.uniform_rows(seed, step * size, rows, width), rate, out)
 
 
 def _mask(u, rate, out):

@@ -1,0 +1,178 @@
+"""Distributed full-graph training: epoch time with 1 and 2 MPI ranks per partition policy,
+with the communication time and bytes apart, and the single-process NumPy transformer (and
+PyG, when installed) in the same run.
+
+    python benchmarks/bench_distributed.py --nodes 500000 --models gcn,sage,gat
+
+Every configuration runs in its own `mpiexec -n K` (pip's mpich) on an R-MAT graph
+(average degree 10, 64 features, 8 classes; GCN and GraphSAGE hidden 16, GAT 4 heads of 4,
+dropout on, Adam). An epoch is one training step plus one evaluation pass, as `ngnn
+train` reports it; the table gives the median over the timed epochs of the slowest rank,
+the communication seconds of the slowest rank, and the bytes all ranks sent per epoch.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+FEATURES, CLASSES, DEGREE = 64, 8, 10
+
+
+def dataset(nodes):
+    from ngnn import datasets
+    return datasets.synthetic("rmat", nodes, DEGREE, FEATURES, CLASSES, seed=0)
+
+
+def model_for(name, data):
+    from ngnn import nn, optim
+    model = {"gcn": lambda: nn.GCN(FEATURES, 16, CLASSES, dropout=0.5, seed=0),
+             "sage": lambda: nn.GraphSAGE(FEATURES, 16, CLASSES, dropout=0.5, seed=0),
+             "gat": lambda: nn.GAT(FEATURES, hidden=4, heads=4, num_classes=CLASSES,
+                                   dropout=0.5, seed=0)}[name]()
+    return model, optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+
+
+def epochs_timed(trainer, epochs):
+    times = []
+    for _ in range(epochs + 1):             # the first epoch compiles
+        start = time.perf_counter()
+        trainer.step()
+        trainer.validation()
+        times.append(time.perf_counter() - start)
+    return times[1:]
+
+
+def worker(args):
+    """One configuration; prints a JSON line (rank 0)."""
+    from ngnn import distributed as dist
+    from ngnn.train import Trainer
+    data = dataset(args.nodes)
+    model, optimizer = model_for(args.model, data)
+    if args.policy == "single":
+        trainer = Trainer(model, data, optimizer, seed=0)
+        times = epochs_timed(trainer, args.epochs)
+        print(json.dumps({"epoch": float(np.median(times))}), flush=True)
+        return
+    comm = dist.world()
+    start = time.perf_counter()
+    parts = dist.partition(data.graph, comm.Get_size(), args.policy)
+    partition_seconds = time.perf_counter() - start
+    trainer = dist.DistributedTrainer(model, data, parts.part(comm.Get_rank()), optimizer,
+                                      seed=0)
+    trainer.step()
+    trainer.validation()
+    before = trainer.communication()
+    times = epochs_timed(trainer, args.epochs - 1)
+    after = trainer.communication()
+    slowest = comm.allreduce(float(np.median(times)), op=__import__("mpi4py").MPI.MAX)
+    epochs = len(times)
+    if comm.Get_rank() == 0:
+        print(json.dumps({
+            "epoch": slowest, "partition": partition_seconds,
+            "replication": parts.replication_factor,
+            "sync_bytes": (after[0]["sync"] - before[0]["sync"]) / epochs,
+            "allreduce_bytes": (after[0]["allreduce"] - before[0]["allreduce"]) / epochs,
+            "sync_seconds": (after[1]["sync"] - before[1]["sync"]) / epochs,
+            "allreduce_seconds": (after[1]["allreduce"] - before[1]["allreduce"]) / epochs}),
+            flush=True)
+
+
+def pyg_epoch(name, nodes, epochs):
+    """Epoch time of the same model in PyTorch Geometric, or None when it is not installed."""
+    try:
+        import torch
+        import torch_geometric.nn as gnn
+    except ImportError:
+        return None
+    data = dataset(nodes)
+    g = data.graph
+    edge_index = torch.as_tensor(np.stack([g.src, g.dst]))
+    x = torch.as_tensor(data.features)
+    y = torch.as_tensor(data.labels)
+    train = torch.as_tensor(data.train_mask)
+    conv = {"gcn": lambda i, o: gnn.GCNConv(i, o), "sage": lambda i, o: gnn.SAGEConv(i, o),
+            "gat": lambda i, o: gnn.GATConv(i, o // 4 if o == 16 else o,
+                                            heads=4 if o == 16 else 1)}[name]
+    layers = torch.nn.ModuleList([conv(FEATURES, 16), conv(16, CLASSES)])
+    optimizer = torch.optim.Adam(layers.parameters(), lr=0.01, weight_decay=5e-4)
+    times = []
+    for _ in range(epochs + 1):
+        start = time.perf_counter()
+        layers.train()
+        h = torch.relu(layers[0](torch.nn.functional.dropout(x, 0.5), edge_index))
+        out = layers[1](torch.nn.functional.dropout(h, 0.5), edge_index)
+        loss = torch.nn.functional.cross_entropy(out[train], y[train])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            layers.eval()
+            layers[1](torch.relu(layers[0](x, edge_index)), edge_index)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[1:]))
+
+
+def mpiexec():
+    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
+        found = shutil.which("mpiexec", path=folder)
+        if found:
+            return found
+    return shutil.which("mpiexec")
+
+
+def run(ranks, model, policy, args):
+    command = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
+               "--policy", policy, "--nodes", str(args.nodes), "--epochs", str(args.epochs)]
+    if policy != "single":
+        command = [mpiexec(), "-n", str(ranks)] + command
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=500000)
+    parser.add_argument("--models", default="gcn,sage,gat")
+    parser.add_argument("--policies", default="oec,iec,cvc,metis")
+    parser.add_argument("--ranks", default="1,2")
+    parser.add_argument("--epochs", type=int, default=4, help="timed epochs per run")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--policy", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    print(f"R-MAT {args.nodes} vertices, average degree {DEGREE}, {FEATURES} features, "
+          f"{os.cpu_count()} cores; median of {args.epochs} epochs (step + evaluation)")
+    print(f"{'model':6} {'run':16} {'epoch ms':>9} {'vs 1 rank':>9} {'repl.':>6} "
+          f"{'sync MB':>8} {'sync ms':>8} {'allred. KB':>10} {'allred. ms':>10} "
+          f"{'part. s':>7}")
+    for model in args.models.split(","):
+        single = run(1, model, "single", args)["epoch"]
+        print(f"{model:6} {'1 process numpy':16} {1000 * single:9.1f}")
+        pyg = pyg_epoch(model, args.nodes, args.epochs)
+        if pyg is not None:
+            print(f"{model:6} {'PyG, 1 process':16} {1000 * pyg:9.1f}")
+        for policy in args.policies.split(","):
+            one = None
+            for ranks in (int(k) for k in args.ranks.split(",")):
+                r = run(ranks, model, policy, args)
+                one = r["epoch"] if ranks == 1 else one
+                ratio = f"{r['epoch'] / one:9.2f}" if one else f"{'':9}"
+                print(f"{model:6} {f'{policy}, {ranks} rank' + 's' * (ranks > 1):16} "
+                      f"{1000 * r['epoch']:9.1f} {ratio} {r['replication']:6.3f} "
+                      f"{r['sync_bytes'] / 1e6:8.2f} {1000 * r['sync_seconds']:8.1f} "
+                      f"{r['allreduce_bytes'] / 1e3:10.1f} "
+                      f"{1000 * r['allreduce_seconds']:10.1f} {r['partition']:7.2f}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
