@@ -4,6 +4,10 @@
         trains each model on each policy's partition over the K ranks and, on rank 0, in
         one process, on BACKEND (default numpy); reports the largest relative difference
         of any trained array.
+    mpiexec -n K python tests/distributed_driver.py ops BACKEND
+        the communication ops, a synced aggregation, its gradient and a keyed dropout mask
+        on BACKEND, against the whole graph's values; the adjoint identities
+        sum_r <B x, y> = sum_r <x, R y> over ranks.
     mpiexec -n 4 python tests/distributed_driver.py bytes
         trains GCN on an R-MAT graph for 2 epochs; reports the bytes sent per epoch.
     mpiexec -n 2 python tests/distributed_driver.py fail
@@ -62,6 +66,60 @@ def equal(models, policies, epochs, backend="numpy"):
     return report
 
 
+def communication_ops(backend):
+    import ngnn as ng
+    from ngnn import transformers as ngt
+    from ngnn.op_graph import DropoutMask, MasterBroadcast, MirrorReduce
+    from ngnn.transformers.numpy import kernels
+    comm = dist.world()
+    rank = comm.Get_rank()
+    g = datasets.synthetic("rmat", 200, 5, 1, 2, seed=4).graph
+    part = dist.partition(g, comm.Get_size(), "cvc").part(rank)
+    local = dist.LocalGraph.from_part(part, dist.Exchange(comm, part))
+    rng = np.random.default_rng(0)
+    whole_x, whole_y = (rng.standard_normal((g.num_nodes, 3)).astype(np.float32)
+                        for _ in range(2))
+    x, y = whole_x[part.nodes], whole_y[part.nodes]
+    y[part.num_masters:] = 0       # the objective counts each vertex once, at its master
+    n = local.num_nodes
+    px, py = ng.placeholder((n, 3), name="x"), ng.placeholder((n, 3), name="y")
+    reduced = MirrorReduce(px, local, "sum")
+    broadcast = MasterBroadcast(px, local)
+    aggregated = ng.aggregate(ng.gather(px, local, by="src"), local, at="dst", reduce="mean")
+    mask = DropoutMask((n, 3), 0.5, seed=11)
+    dist.insert_communication([aggregated, mask], local)
+    aggregated, mask = aggregated.forwarded, mask.forwarded
+    grad = ng.grad(ng.sum(aggregated * py), px)
+    with ngt.make_transformer(backend) as t:
+        comp = t.computation([reduced, broadcast, aggregated, mask, grad], px, py)
+        r, bx, a, m, dx = comp(x, y)          # the first call: the mask of step 0
+        ry = comp(y, y)[0]
+
+    masters = slice(0, part.num_masters)
+    copies = np.bincount(np.concatenate(comm.allgather(part.nodes)), minlength=g.num_nodes)
+    errors = {}
+    errors["reduce"] = np.abs(r[masters] - (whole_x * copies[:, None])[part.nodes][masters]
+                              ).max(initial=0) + np.abs(r[part.num_masters:]).max(initial=0)
+    errors["broadcast"] = np.abs(bx - x).max(initial=0)
+    scale = 1 / np.maximum(g.in_degrees, 1)[:, None]
+    whole_mean = (g.incidence("dst") @ whole_x[g.src]) * scale
+    errors["mean"] = np.abs(a - whole_mean[part.nodes]).max(initial=0)
+    whole_mask = kernels.dropout_mask(11, 0, 0.5, np.empty((g.num_nodes, 3), np.float32))
+    errors["mask"] = np.abs(m - whole_mask[part.nodes]).max(initial=0)
+    # The whole graph's gradient of sum(mean * y) is A^T (y / deg); each vertex's copies'
+    # gradients add up to it.
+    whole_grad = g.incidence("src") @ (whole_y * scale)[g.dst]
+    summed = np.zeros_like(whole_grad)
+    for nodes, part_grad in comm.allgather((part.nodes, dx)):
+        np.add.at(summed, nodes, part_grad)
+    errors["grad"] = np.abs(summed - whole_grad).max()
+    # Adjoints over ranks: sum_r <B(x), y> = sum_r <x, R(y)>.
+    left, right = comm.allreduce(np.array([np.vdot(bx, y), np.vdot(x, ry)], np.float64))
+    errors["adjoint"] = abs(left - right) / max(abs(left), 1e-30)
+    return {k: comm.allreduce(float(v), op=__import__("mpi4py").MPI.MAX)
+            for k, v in errors.items()}
+
+
 def bytes_per_epoch():
     data = datasets.synthetic("rmat", 2000, 8, 16, 4, seed=2)
     parts = dist.partition(data.graph, dist.world().Get_size(), "cvc")
@@ -93,7 +151,11 @@ if __name__ == "__main__":
     what = sys.argv[1]
     if what == "fail":
         sys.exit(fail())
-    result = equal(*sys.argv[2:4], int(sys.argv[4]), *sys.argv[5:]) if what == "equal" \
-        else bytes_per_epoch()
+    if what == "equal":
+        result = equal(*sys.argv[2:4], int(sys.argv[4]), *sys.argv[5:])
+    elif what == "ops":
+        result = communication_ops(sys.argv[2])
+    else:
+        result = bytes_per_epoch()
     if dist.world().Get_rank() == 0:
         print(json.dumps(result), flush=True)

@@ -153,6 +153,17 @@ def test_communication_ops_are_each_others_adjoints():
 
 # ---- over MPI ranks ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("ranks,backend", [(1, "numpy"), (2, "numpy"), (3, "numpy"),
+                                           (2, "gpu")])
+def test_communication_ops_over_ranks(ranks, backend):
+    """Mirror reduction and broadcast, a synced mean aggregation and its gradient, and a
+    dropout mask keyed by global ids equal the whole graph's values; the broadcast and the
+    reduction are each other's adjoints summed over ranks."""
+    errors = driver(ranks, "ops", backend)
+    assert errors["reduce"] < 1e-5 and errors["broadcast"] == 0 and errors["mask"] == 0
+    assert errors["mean"] < 1e-6 and errors["grad"] < 1e-5 and errors["adjoint"] < 1e-6
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_ranks_train_what_one_process_trains(ranks):
     """Every model, every policy, dropout on: the trained weights, the loss and the

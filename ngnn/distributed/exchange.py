@@ -4,7 +4,7 @@ Mirror reduction: each rank sends the rows of its mirrors to their masters' rank
 combine them in rank order (so every run adds in the same order); mirror rows of the
 result are 0. Broadcast: each master's row goes to the ranks that mirror it. All-reduce:
 MPI's sum. Messages are nonblocking point-to-point pairs posted all at once, so no rank
-waits on another's progress. The exchange counts the bytes it sends and the seconds it
+waits on another's progress, and waiting sleeps between polls rather than spinning. The exchange counts the bytes it sends and the seconds it
 spends, by kind: "sync" (mirrors and masters) and "allreduce" (weight gradients).
 """
 import time
@@ -20,6 +20,18 @@ def world():
         raise ValueError("distributed training needs mpi4py and an MPI: pip install "
                          "'ngnn[mpi]' (mpi4py and mpich)") from None
     return MPI.COMM_WORLD
+
+
+def wait(requests):
+    """Waits for MPI requests, sleeping between polls: MPICH's own wait spins, and a
+    spinning rank takes the core its peer (or another job) needs to get there."""
+    if not requests:
+        return
+    from mpi4py import MPI
+    pause = 1e-5
+    while not MPI.Request.Testall(requests):
+        time.sleep(pause)
+        pause = min(2 * pause, 1e-3)
 
 
 class Exchange:
@@ -72,9 +84,7 @@ class Exchange:
             if kind:
                 self.bytes[kind] += array.nbytes
             sends[q] = array          # kept alive until the send completes
-        if requests:
-            from mpi4py import MPI
-            MPI.Request.Waitall(requests)
+        wait(requests)
         if kind:
             self.seconds[kind] += time.perf_counter() - start
         return received
@@ -125,7 +135,7 @@ class Exchange:
         start = time.perf_counter()
         send = np.ascontiguousarray(x)
         result = np.empty_like(send)
-        self.comm.Allreduce(send, result, op=MPI.SUM)
+        wait([self.comm.Iallreduce(send, result, op=MPI.SUM)])
         np.copyto(out, result.reshape(out.shape))
         self.bytes["allreduce"] += send.nbytes
         self.seconds["allreduce"] += time.perf_counter() - start
