@@ -208,8 +208,8 @@ def test_failing_rank_stops_every_rank_with_its_message():
 
 def test_command_line_train_save_and_partition_dir(tmp_path):
     """`mpiexec -n 2 ngnn train --partition cvc --save` and `--partition-dir` with a
-    saved partition give the single-process weights; mismatches are errors before
-    training."""
+    saved partition give the single-process weights, `ngnn bench` runs on ranks too;
+    mismatches are errors before training."""
     common = ["-m", "ngnn.cli", "train", "--model", "sage", "--dataset", "sbm",
               "--num-nodes", "300", "--num-features", "16", "--hidden", "8", "--epochs", "4",
               "--no-progress"]
@@ -235,6 +235,12 @@ def test_command_line_train_save_and_partition_dir(tmp_path):
             scale = max(np.abs(w1[name]).max(), 1e-30)
             assert np.abs(w1[name] - w2[name]).max() <= 1e-5 * scale, name
             assert np.abs(w1[name] - w3[name]).max() <= 1e-5 * scale, name
+
+    bench = run_ranks(2, "-m", "ngnn.cli", "bench", "--model", "gcn", "--dataset", "sbm",
+                      "--num-nodes", "300", "--epochs", "3", "--partition-dir", "parts",
+                      cwd=tmp_path)
+    assert bench.returncode == 0, bench.stderr
+    assert "numpy, 2 ranks:" in bench.stdout and "gradient all-reduce" in bench.stdout
 
     wrong_count = run_ranks(3, *common, "--partition-dir", "parts", cwd=tmp_path)
     assert wrong_count.returncode != 0

@@ -15,7 +15,8 @@ edges touch. Policies:
   the part in the grid row of owner[s] and the grid column of owner[d]. A vertex is
   mirrored on at most R + C - 1 parts.
 * ``metis``: METIS (through the optional `pymetis` package) minimizes the edges cut on
-  the undirected graph; an edge lives with its destination's master.
+  the undirected graph, with vertices weighted by 1 + in-degree; an edge lives with its
+  destination's master.
 
 Everything is vectorized NumPy; the per-part views (masters, mirrors, the exchange lists)
 are computed when first asked for.
@@ -94,7 +95,9 @@ def metis_owner(g, num_parts):
     both.sum_duplicates()
     options = pymetis.Options(seed=0)
     adjacency = pymetis.CSRAdjacency(both.indptr, both.indices)
-    _, membership = pymetis.part_graph(num_parts, adjacency, options=options)
+    # Weighted by 1 + in-degree: a master brings its in-edges, so parts balance edges too.
+    _, membership = pymetis.part_graph(num_parts, adjacency, vweights=1 + g.in_degrees,
+                                       options=options)
     return np.asarray(membership, dtype=np.int64)
 
 
