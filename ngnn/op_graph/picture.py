@@ -9,6 +9,7 @@ kept in memory after fusion (edge values outside groups, group outputs) have a d
 border. The `graphviz` package quotes the labels; Graphviz's `dot` program lays out and
 renders png/svg/pdf. Both are optional (the `viz` extra) and imported only here.
 """
+import functools
 import os
 
 from ..files import write_atomically
@@ -21,20 +22,46 @@ FORMATS = ("dot", "svg", "png", "pdf")
 
 
 class Value:
-    """One op as drawn: `name` as in the IR text, its arguments' names and its role."""
+    """One op as drawn: `name` as in the IR text and its arguments' names, taken when the
+    snapshot is; the rest is read from the op when drawn (passes change an op's arguments,
+    through forwarding, but never its type or kind)."""
 
-    def __init__(self, op, names, show_scope):
-        self.name = names[op]
-        self.op_name = "constant" if isinstance(op, Constant) else op.op_name
-        self.type = type_text(op, show_scope)
-        self.scope = "edge" if op.scope in EDGE_SCOPES else \
-            "node" if op.scope is not None else None
-        self.args = [names[a] for a in op.args]
-        self.is_variable = isinstance(op, Variable)
-        self.is_input = isinstance(op, Placeholder) and not self.is_variable
-        self.scalar_constant = isinstance(op, Constant) and op.value.ndim == 0
-        self.value_text = f"{op.value.item():.4g}" if self.scalar_constant else None
-        self.is_assign = self.op_name == "assign"
+    def __init__(self, op, name, args, show_scope):
+        self.op, self.name, self.args, self.show_scope = op, name, args, show_scope
+
+    @functools.cached_property
+    def op_name(self):
+        return "constant" if isinstance(self.op, Constant) else self.op.op_name
+
+    @property
+    def type(self):
+        return type_text(self.op, self.show_scope)
+
+    @property
+    def scope(self):
+        """"edge", "node" or None (parameters and other unscoped values)."""
+        scope = self.op.scope
+        return "edge" if scope in EDGE_SCOPES else "node" if scope is not None else None
+
+    @property
+    def is_variable(self):
+        return isinstance(self.op, Variable)
+
+    @property
+    def is_input(self):
+        return isinstance(self.op, Placeholder) and not self.is_variable
+
+    @functools.cached_property
+    def scalar_constant(self):
+        return isinstance(self.op, Constant) and self.op.value.ndim == 0
+
+    @property
+    def value_text(self):
+        return f"{self.op.value.item():.4g}" if self.scalar_constant else None
+
+    @property
+    def is_assign(self):
+        return self.op_name == "assign"
 
 
 class Group:
@@ -71,9 +98,10 @@ class Snapshot:
             if op in seen:
                 continue
             seen.add(op)
-            value = Value(op, names, show_scope)
-            self.values[value.name] = value
-            stack.extend(op.args)
+            args = op.args
+            name = names[op]
+            self.values[name] = Value(op, name, [names[a] for a in args], show_scope)
+            stack.extend(args)
 
     # ---- which values to draw ------------------------------------------------------------
     def ancestors(self, names):
