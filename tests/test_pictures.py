@@ -84,6 +84,17 @@ def test_collapse_forward_and_layer_shrink_the_picture(gat_cora, tmp_path):
         comp.snapshot().layer([ng.variable((2,), name="stranger")])
 
 
+def test_every_backend_draws_its_own_groups(transformer_factory, tmp_path):
+    g = ng.Graph.from_edges([0, 1, 2, 2], [1, 2, 0, 1])
+    h = ng.placeholder((3, 4), name="h")
+    with ng.zoomIn(g, node_feat={"h": h}) as v:
+        out = ng.zoomOut(ng.mean([ng.exp(n.h) * 2.0 for n in v.innbs]))
+    comp = transformer_factory().computation(out, h)
+    source = open(comp.draw(tmp_path / "ir.dot")).read()
+    assert len(clusters(source)) == len(comp.fusion_groups)
+    assert "multiply(…, 2)" in source          # scalar constants fold into their consumer
+
+
 def test_png_and_svg_pictures(tmp_path):
     g = ng.Graph.from_edges([0, 1, 2, 2], [1, 2, 0, 1])
     h = ng.placeholder((3, 4), name="h")

@@ -197,19 +197,20 @@ def to_dot(snapshot, collapse=False, forward=False, layer=None, title=None):
             return owner.name
         return name
 
-    # Values outside any group, and the inputs drawn faintly when a selection cut them off.
+    # Values outside any group; the inputs a selection cut off are drawn faintly below.
     outside = [n for n in snapshot.values if n in keep and n not in grouped]
     for name in outside:
-        _value_node(dot, snapshot, name, name, stored=_stored_outside(snapshot, name))
+        # Outside groups every value has a buffer; only the edge-sized ones are notable.
+        _value_node(dot, snapshot, name, name, stored=snapshot.values[name].scope == "edge")
     cut_inputs = set()
     for group in drawn_groups:
         if collapse:
             _collapsed_group(dot, group, snapshot)
         else:
             with dot.subgraph(name=f"cluster_{group.name}") as box:
-                box.attr(label=f"{group.name}" + (f"  (over {group.at} ends)" if group.at else ""),
-                         style="rounded,filled", fillcolor="#fffbe6", color="#b8860b",
-                         fontname="Helvetica", fontsize="11", penwidth="1.5")
+                over = f"  (over {group.at} ends)" if group.at else ""
+                box.attr(label=group.name + over, style="rounded,filled", fillcolor="#fffbe6",
+                         color="#b8860b", fontname="Helvetica", fontsize="11", penwidth="1.5")
                 for name in group.ops:
                     if name in keep:
                         _value_node(box, snapshot, name, node_id(name, group),
@@ -223,9 +224,11 @@ def to_dot(snapshot, collapse=False, forward=False, layer=None, title=None):
         value = snapshot.values[arg]
         if value.scalar_constant:
             return
-        if arg not in keep:
+        if arg in keep:
+            source_id = node_id(arg, group if group is not None and arg in group.ops else None)
+        else:
             cut_inputs.add(arg)
-        source_id = node_id(arg, group if group is not None and arg in group.ops else None)
+            source_id = arg
         if source_id != target_id and (source_id, target_id) not in edges:
             edges.add((source_id, target_id))
             dot.edge(source_id, target_id)
@@ -238,17 +241,12 @@ def to_dot(snapshot, collapse=False, forward=False, layer=None, title=None):
             if name in keep:
                 for arg in snapshot.values[name].args:
                     connect(arg, node_id(name, group), group)
-    for name in cut_inputs - keep:
+    for name in cut_inputs:
         value = snapshot.values[name]
         dot.node(name, f"{name}\n{value.type}", shape="note", fillcolor="#ffffff",
                  color="#aaaaaa", fontcolor="#777777")
     _legend(dot)
     return dot
-
-
-def _stored_outside(snapshot, name):
-    # Outside fused groups every value has a buffer; only the edge-sized ones are notable.
-    return snapshot.values[name].scope == "edge"
 
 
 def _value_node(graph, snapshot, name, node_id, stored, recomputed=False):
