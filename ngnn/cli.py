@@ -201,10 +201,15 @@ def cmd_bench(args):
         from ngnn import plots
         plots.format_of(args.plot)
     backends = [args.backend] if args.backend else ngt.transformer_choices()
+    # Each configuration is a backend with fusion on, and with --unfused also off.
+    configurations = [(backend, fusion) for backend in backends
+                      for fusion in ((True, False) if args.unfused else (True,))]
     rows = []
-    for backend in backends:
+    for backend, fusion in configurations:
         args.backend = backend
-        trainer = make_trainer(args, data, args.seed)
+        label = backend if fusion else f"{backend}, no fusion"
+        trainer = make_trainer(args, data, args.seed,
+                               transformer=ngt.make_transformer(backend, fusion=fusion))
         start = time.perf_counter()
         trainer.step()
         trainer.predict()
@@ -214,9 +219,9 @@ def cmd_bench(args):
         step = np.mean([record["step_time"] for record in trainer.history[1:]])
         peak = trainer.train_step.memory_plan.peak_bytes
         trainer.transformer.close()
-        rows.append({"label": backend, "ms_per_epoch": 1000 * per_epoch,
+        rows.append({"label": label, "ms_per_epoch": 1000 * per_epoch,
                      "step_ms": 1000 * step, "peak_bytes": peak})
-        print(f"{args.model} on {data.name}, {backend}: {1000 * per_epoch:.1f} ms/epoch "
+        print(f"{args.model} on {data.name}, {label}: {1000 * per_epoch:.1f} ms/epoch "
               f"(training step {1000 * step:.1f} ms), first epoch with compilation "
               f"{first:.1f} s, peak intermediate memory {peak / 2 ** 20:.1f} MiB")
     if args.plot:
@@ -299,8 +304,10 @@ def make_parser():
     bench.add_argument("--backend", choices=ngt.transformer_choices(),
                        help="one backend (default: every backend that runs here)")
     bench.add_argument("--epochs", type=int, default=20)
+    bench.add_argument("--unfused", action="store_true",
+                       help="also time each backend with fusion off")
     bench.add_argument("--plot", metavar="FILE", help="draw time per epoch and peak memory "
-                       "per backend (.png, .svg, .pdf)")
+                       "per backend and configuration (.png, .svg, .pdf)")
     bench.set_defaults(func=cmd_bench)
     return parser
 
