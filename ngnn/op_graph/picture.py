@@ -176,7 +176,7 @@ def to_dot(snapshot, collapse=False, forward=False, layer=None, title=None):
     keep = {n for n in keep if not snapshot.values[n].scalar_constant}
     dot = graphviz.Digraph(name=snapshot.title, graph_attr={
         "rankdir": "TB", "fontname": "Helvetica", "label": title or snapshot.title,
-        "labelloc": "t", "compound": "true", "newrank": "true"},
+        "labelloc": "t", "newrank": "true"},
         node_attr={"fontname": "Helvetica", "fontsize": "10", "style": "filled"},
         edge_attr={"arrowsize": "0.6", "color": "#555555"})
 
