@@ -42,7 +42,7 @@ def epochs_timed(trainer, epochs):
     for _ in range(epochs + 1):             # the first epoch compiles
         start = time.perf_counter()
         trainer.step()
-        trainer.validation()
+        trainer.epoch_metrics()
         times.append(time.perf_counter() - start)
     return times[1:]
 
@@ -65,7 +65,7 @@ def worker(args):
     trainer = dist.DistributedTrainer(model, data, parts.part(comm.Get_rank()), optimizer,
                                       seed=0)
     trainer.step()
-    trainer.validation()
+    trainer.epoch_metrics()
     before = trainer.communication()
     times = epochs_timed(trainer, args.epochs - 1)
     after = trainer.communication()

@@ -107,11 +107,13 @@ class Trainer:
         return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"))
                 for split in ("train", "val", "test")}
 
-    def validation(self):
-        """Accuracy and loss on the validation split (what `fit` selects weights by)."""
-        logits = self.predict()
-        return (accuracy(logits, self.data.labels, self.data.val_mask),
-                cross_entropy(logits, self.data.labels, self.data.val_mask))
+    def epoch_metrics(self):
+        """Training accuracy, validation accuracy and validation loss, recorded by `fit`
+        each epoch (it selects weights by the last two)."""
+        logits, labels = self.predict(), self.data.labels
+        return (accuracy(logits, labels, self.data.train_mask),
+                accuracy(logits, labels, self.data.val_mask),
+                cross_entropy(logits, labels, self.data.val_mask))
 
     def fit(self, epochs, patience=None, progress=True):
         """Trains for up to `epochs` epochs. Each epoch the model is evaluated on the
@@ -126,9 +128,10 @@ class Trainer:
             start = time.perf_counter()
             loss = self.step()
             step_time = time.perf_counter() - start
-            val_acc, val_loss = self.validation()
-            self.history.append({"epoch": epoch, "loss": loss, "val_acc": val_acc,
-                                 "val_loss": val_loss, "step_time": step_time,
+            train_acc, val_acc, val_loss = self.epoch_metrics()
+            self.history.append({"epoch": epoch, "loss": loss, "train_acc": train_acc,
+                                 "val_acc": val_acc, "val_loss": val_loss,
+                                 "step_time": step_time,
                                  "epoch_time": time.perf_counter() - start})
             bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.3f}")
             if not np.isfinite(loss):

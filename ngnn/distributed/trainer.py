@@ -99,8 +99,9 @@ class DistributedTrainer(Trainer):
         correct, loss = self.exchange.sum([correct, loss])
         return correct / count, loss / count
 
-    def validation(self):
-        return self.split_metrics(self.predict(), "val")
+    def epoch_metrics(self):
+        logits = self.predict()
+        return (self.split_metrics(logits, "train")[0],) + self.split_metrics(logits, "val")
 
     def evaluate(self):
         logits = self.predict()
