@@ -38,8 +38,8 @@ class Exchange:
     """Rank `part.rank` of a partition over communicator `comm`.
 
     `mirrors_from[q]` / `masters_to[q]`: local rows exchanged with rank q (see LocalPart).
-    `senders(active)` restricts a reduction to mirrors with `active` rows (vertices that
-    have local edges at the aggregating end); both sides learn the restriction once."""
+    `restricted(key, active)` narrows a reduction to the mirrors with `active` rows
+    (vertices with local edges at the aggregating end); both sides learn it once."""
 
     TAG = 7011
 
@@ -62,12 +62,16 @@ class Exchange:
 
     # ---- descriptions for the IR -------------------------------------------------------
     def describe(self, what):
+        """The ranks an op of kind `what` involves, as IR attributes: a reduction receives
+        from the ranks mirroring this rank's masters and sends to its mirrors' owners; a
+        broadcast the other way round."""
         if what == "allreduce":
             return {"rank": self.rank, "ranks": tuple(range(self.size))}
-        peers = self.mirrors_from if what == "broadcast" else self.masters_to
-        return {"rank": self.rank, "from": tuple(sorted(peers)),
-                "to": tuple(sorted(self.masters_to if what == "broadcast"
-                                   else self.mirrors_from))}
+        masters_side, mirrors_side = tuple(sorted(self.masters_to)), \
+            tuple(sorted(self.mirrors_from))
+        if what == "reduce":
+            return {"rank": self.rank, "from": masters_side, "to": mirrors_side}
+        return {"rank": self.rank, "from": mirrors_side, "to": masters_side}
 
     # ---- point-to-point ------------------------------------------------------------------
     def _swap(self, sends, receives, dtype, row_shape, kind):

@@ -55,14 +55,6 @@ def local_part(data, policy=None, folder=None):
     return parts.part(rank)
 
 
-def is_root():
-    return world().Get_rank() == 0
-
-
-def ranks():
-    return world().Get_size()
-
-
 def describe(part):
     m = part.manifest
     return (f"partition {m['policy']} into {m['num_parts']} parts: replication factor "

@@ -15,7 +15,7 @@ import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import AllReduce, Cast, LogSoftmax, Maximum, OneHot, Sum
+from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, Sum
 from ngnn.train import Trainer, normalize_features, seed_dropout
 
 from .exchange import Exchange, world
@@ -77,7 +77,7 @@ class DistributedTrainer(Trainer):
                                                           dtype=logits.dtype), axis=-1)
         weight = Cast(self.train_mask, logits.dtype)
         count = ng.constant(float(max(self.counts["train"], 1)), dtype=logits.dtype)
-        return -Sum(picked * weight) / Maximum(count, 1.0)
+        return -Sum(picked * weight) / count
 
     # ---- training and metrics, over all ranks ----------------------------------------------
     def step(self):
