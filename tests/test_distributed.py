@@ -124,8 +124,11 @@ def test_save_and_load(tmp_path):
     with pytest.raises(ValueError, match="needs 3 ranks; this is rank 3"):
         dist.load_partition(tmp_path / "parts", 3)
     (tmp_path / "parts" / "part1.npz").write_bytes(b"not an archive")
-    with pytest.raises(ValueError, match="part1.npz is missing or corrupt"):
+    with pytest.raises(ValueError, match="part1.npz is corrupt: not an .npz archive"):
         dist.load_partition(tmp_path / "parts", 1)
+    os.unlink(tmp_path / "parts" / "part2.npz")
+    with pytest.raises(ValueError, match="part2.npz is missing or corrupt"):
+        dist.load_partition(tmp_path / "parts", 2)
     with pytest.raises(ValueError, match="holds no partition"):
         dist.load_partition(tmp_path, 0)
 

@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -289,6 +290,8 @@ def load_partition(folder, rank):
         raise ValueError(f"the partition in {folder} has {num_parts} parts, so it needs "
                          f"{num_parts} ranks; this is rank {rank}")
     part_path = os.path.join(folder, manifest["parts"][rank])
+    if os.path.isfile(part_path) and not zipfile.is_zipfile(part_path):
+        raise ValueError(f"partition file {part_path} is corrupt: not an .npz archive")
     try:
         with np.load(part_path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
