@@ -20,7 +20,7 @@ from tqdm import tqdm
 import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
-from ngnn.op_graph import DropoutMask, ordered_ops
+from ngnn.op_graph import Dropout, SparseDropout, ordered_ops
 
 
 STEPS = "trainer/steps"      # checkpoint entry: training steps taken
@@ -55,10 +55,14 @@ def normalize_features(x):
 def seed_dropout(results, seed):
     """Gives every dropout mask the results depend on a seed derived from `seed` and its
     position in the graph, so a run is reproducible whatever was built before it."""
-    masks = [op for op in ordered_ops(results) if isinstance(op, DropoutMask)]
-    states = np.random.SeedSequence(seed).generate_state(len(masks), dtype=np.uint64)
-    for op, state in zip(masks, states):
-        op.seed = int(state)
+    masks = [op for op in ordered_ops(results) if isinstance(op, (Dropout, SparseDropout))]
+    # A dropout in the backward pass shares its forward dropout's seed (that is how it
+    # draws the same mask), so seeds are renamed, not handed out per op.
+    old = list(dict.fromkeys(op.seed for op in masks))
+    states = np.random.SeedSequence(seed).generate_state(len(old), dtype=np.uint64)
+    new = {s: int(state) for s, state in zip(old, states)}
+    for op in masks:
+        op.seed = new[op.seed]
 
 
 class Trainer:

@@ -9,8 +9,10 @@ Computations may be created at any time, before or after the first call: each on
 transformed on first use, and variables it introduces are initialized then.
 """
 import numpy as np
+import scipy.sparse
 
 from ngnn.op_graph import Assign, Cast, Constant, Op, Placeholder, Variable, ordered_ops
+from ngnn.op_graph.sparse import check_sparse_value
 from ngnn.op_graph.printer import IRNames, format_ir
 
 
@@ -65,6 +67,9 @@ class Computation:
         for r in results:
             if not isinstance(r, Op):
                 raise TypeError(f"computation: results must be ngnn ops, got {r!r}")
+            if r.is_sparse:
+                raise TypeError(f"computation: result {r} is sparse; results are dense "
+                                "tensors (use ng.dot to bring a sparse tensor to dense)")
         for p in parameters:
             if not isinstance(p, Placeholder):
                 raise TypeError(f"computation: parameters must be placeholders, got {p!r}")
@@ -202,6 +207,15 @@ class Computation:
 
 def check_argument(placeholder, value, check_finite):
     name = placeholder.name or f"placeholder #{placeholder.id}"
+    if placeholder.is_sparse:
+        matrix = check_sparse_value(name, placeholder.shape, placeholder.dtype, value)
+        if check_finite and not np.isfinite(matrix.data).all():
+            bad = int(matrix.nnz - np.count_nonzero(np.isfinite(matrix.data)))
+            raise ValueError(f"parameter {name!r} contains {bad} NaN or Inf value(s)")
+        return matrix
+    if scipy.sparse.issparse(value):
+        raise TypeError(f"parameter {name!r} is dense and got a scipy.sparse matrix; declare "
+                        "it ng.placeholder(..., sparse=True), or pass value.toarray()")
     array = np.asarray(value)
     if array.shape != placeholder.shape:
         raise ValueError(f"parameter {name!r} expects shape {placeholder.shape}, got an array "
@@ -302,7 +316,7 @@ class Transformer:
     def needs_storage(self, op):
         """Whether op's result needs an intermediate buffer from the memory plan."""
         return not isinstance(op, (Placeholder, Variable, Constant, Assign)) and \
-            not self.is_view(op)
+            not self.is_view(op) and not op.is_sparse
 
     def inplace_ok(self, op):
         return True

@@ -9,4 +9,5 @@ from .reductions import Reduction, Sum, Mean, Max, Min, Softmax, LogSoftmax
 from .layout import LayoutOp, Reshape, Transpose, Broadcast, Concat, Slice, Unslice
 from .linalg import Dot
 from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
-from .training_ops import DropoutMask, OneHot, Assign
+from .training_ops import Dropout, OneHot, Assign
+from .sparse import SparseDot, SparseDropout, SparseTransposedDot
