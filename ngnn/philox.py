@@ -67,16 +67,17 @@ def philox4x64_10(counter, key):
     shape = np.broadcast_shapes(*(w.shape for w in words))
     c0, c1, c2, c3 = (np.array(np.broadcast_to(w, shape)) for w in words)
     k0, k1 = (int(k) & MASK64 for k in key)
-    for _ in range(ROUNDS):
-        hi0, lo0 = _mulhilo(M0, c0)
-        hi1, lo1 = _mulhilo(M1, c2)
-        hi1 ^= c1
-        hi1 ^= np.uint64(k0)
-        hi0 ^= c3
-        hi0 ^= np.uint64(k1)
-        c0, c1, c2, c3 = hi1, lo1, hi0, lo0
-        k0 = (k0 + W0) & MASK64
-        k1 = (k1 + W1) & MASK64
+    with np.errstate(over="ignore"):      # products wrap mod 2**64 by design
+        for _ in range(ROUNDS):
+            hi0, lo0 = _mulhilo(M0, c0)
+            hi1, lo1 = _mulhilo(M1, c2)
+            hi1 ^= c1
+            hi1 ^= np.uint64(k0)
+            hi0 ^= c3
+            hi0 ^= np.uint64(k1)
+            c0, c1, c2, c3 = hi1, lo1, hi0, lo0
+            k0 = (k0 + W0) & MASK64
+            k1 = (k1 + W1) & MASK64
     return c0, c1, c2, c3
 
 
