@@ -15,6 +15,7 @@ import zipfile
 import zlib
 
 import numpy as np
+import scipy.sparse
 from tqdm import tqdm
 
 import ngnn as ng
@@ -24,6 +25,9 @@ from ngnn.op_graph import Dropout, SparseDropout, ordered_ops
 
 
 STEPS = "trainer/steps"      # checkpoint entry: training steps taken
+# Below this share of non-zero features the trainer feeds them as a sparse matrix: the
+# product with the first weight matrix and the dropout before it then cost per stored value.
+SPARSE_DENSITY = 0.1
 
 
 def accuracy(logits, labels, mask=None):
@@ -46,10 +50,27 @@ def cross_entropy(logits, labels, mask):
 
 def normalize_features(x):
     """Rows scaled to sum 1 (all-zero rows stay zero), the preprocessing of the GCN and GAT
-    papers' code for the Planetoid datasets."""
+    papers' code for the Planetoid datasets. A CSR matrix stays CSR, with the same values
+    as the dense result."""
+    if scipy.sparse.issparse(x):
+        x = scipy.sparse.csr_matrix(x, dtype=np.float32, copy=True)
+        total = np.asarray(x.sum(axis=1), dtype=np.float32).reshape(-1)
+        divisor = np.where(total == 0, 1, total).astype(np.float32)
+        x.data /= np.repeat(divisor, np.diff(x.indptr))
+        return x
     x = np.asarray(x, dtype=np.float32)
     total = x.sum(axis=1, keepdims=True)
     return x / np.where(total == 0, 1, total).astype(np.float32)
+
+
+def use_sparse(features, sparse=None):
+    """Whether the trainer feeds `features` sparse: `sparse` True or False forces it, None
+    (auto) picks sparse below SPARSE_DENSITY non-zeros."""
+    if sparse is not None:
+        return bool(sparse)
+    n, f = features.shape
+    stored = features.nnz if scipy.sparse.issparse(features) else np.count_nonzero(features)
+    return stored < SPARSE_DENSITY * n * f
 
 
 def seed_dropout(results, seed):
@@ -69,19 +90,27 @@ class Trainer:
     """Trains `model` on `data` (a datasets.Dataset) with `optimizer` (an ngnn.optim
     optimizer over model.parameters(); default Adam(lr=0.01)). `seed` fixes the dropout
     masks (the model's own seed fixes its initial weights). `normalize` row-normalizes the
-    features first. Pass `transformer=` to share one, else `backend` names a new one."""
+    features first. `sparse` feeds them as a CSR matrix (True), dense (False), or picks by
+    density (None: sparse under 10% non-zeros); both give the same results. Pass
+    `transformer=` to share one, else `backend` names a new one."""
 
     def __init__(self, model, data, optimizer=None, backend="numpy", seed=0, normalize=True,
-                 transformer=None):
+                 transformer=None, sparse=None):
         self.model = model
         self.data = data
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
-        self.features = normalize_features(data.features) if normalize else data.features
+        features = normalize_features(data.features) if normalize else data.features
+        self.sparse = use_sparse(features, sparse)
+        if self.sparse:
+            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
+        else:
+            self.features = features.toarray() if scipy.sparse.issparse(features) else \
+                np.asarray(features, dtype=np.float32)
         self.transformer = transformer or ngt.make_transformer(backend)
 
         n = data.num_nodes
-        self.x = ng.placeholder((n, data.num_features), name="features")
+        self.x = ng.placeholder((n, data.num_features), name="features", sparse=self.sparse)
         self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
         self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
         self.loss = ng.cross_entropy(model(data.graph, self.x, training=True), self.y,

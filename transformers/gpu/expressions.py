@@ -110,6 +110,7 @@ class KernelParams:
         self.namer = Namer(taken)
         self.tensors = {}         # base op -> C name
         self.graph_arrays = {}    # (graph, attribute) -> C name
+        self.sparse_arrays = {}   # (sparse placeholder, part) -> C name
         self.uses_step = False
         self.uses_double = False
         self.counter = 0
@@ -126,6 +127,13 @@ class KernelParams:
         if key not in self.graph_arrays:
             self.graph_arrays[key] = self.namer(f"graph_{attribute}")
         return self.graph_arrays[key]
+
+    def sparse_array(self, placeholder, part):
+        """One array of a sparse placeholder's CSR and CSC forms (SparseInput.PARTS)."""
+        key = (placeholder, part)
+        if key not in self.sparse_arrays:
+            self.sparse_arrays[key] = self.namer(f"sparse_{part}")
+        return self.sparse_arrays[key]
 
     def fresh(self, prefix="v"):
         self.counter += 1

@@ -76,6 +76,9 @@ def plan_kernels(ops, results, fuse=True):
     for op in reversed(ops):
         if isinstance(op, LEAVES + (Assign,)):
             continue
+        if op.is_sparse:
+            inline.add(op)          # a sparse dropout: applied per value by every reader
+            continue
         readers = users[op]
         root = kernel_of.get(readers[0]) if readers else None
         if fuse and op not in results and root is not None and \
