@@ -94,15 +94,19 @@ def words(seed, start, n, stream=0):
     if n == 0:
         return np.empty(0, np.uint32)
     first, last = start >> 3, (start + n - 1) >> 3
-    # The generator steps its 256-bit counter before each block, so it starts one behind.
-    previous = (((stream << 64) | first) - 1) % 2 ** 256
-    generator = np.random.Philox(
+    raw = _generator(seed, first, stream).random_raw(4 * (last - first + 1)).view(np.uint32)
+    offset = start & 7
+    return raw[offset:offset + n]
+
+
+def _generator(seed, counter, stream):
+    """NumPy's Philox set to give counter (counter, stream, 0, 0) first: it steps its
+    256-bit counter before each block, so it starts one behind."""
+    previous = (((stream << 64) | counter) - 1) % 2 ** 256
+    return np.random.Philox(
         counter=np.array([(previous >> shift) & MASK64 for shift in (0, 64, 128, 192)],
                          dtype=np.uint64),
         key=np.array([seed, 0], dtype=np.uint64))
-    raw = generator.random_raw(4 * (last - first + 1)).view(np.uint32)
-    offset = start & 7
-    return raw[offset:offset + n]
 
 
 def words_at(seed, positions, stream=0):
@@ -150,20 +154,48 @@ def keep_scale(rate, dtype):
     return np.dtype(dtype).type(1.0 / (1.0 - rate))
 
 
+# Positions per chunk of a whole-tensor mask (a multiple of 8, whole counters): its words
+# stay in cache, and no word array of the tensor's size is ever made.
+CHUNK = 1 << 16
+
+
+def _keep_chunks(seed, stream, rate, size):
+    """(start, stop, keep bits) over positions 0 .. size - 1, chunk by chunk, from one
+    NumPy Philox generator (counters follow each other)."""
+    generator = _generator(seed, 0, stream)
+    threshold = np.uint32(keep_threshold(rate))
+    for start in range(0, size, CHUNK):
+        stop = min(start + CHUNK, size)
+        words = generator.random_raw(-(-(stop - start) // 8) * 4).view(np.uint32)
+        yield start, stop, words[:stop - start] >= threshold
+
+
+def keep_bits(seed, stream, rate, out):
+    """Fills the bool array `out` with the keep bits of the mask over its positions."""
+    flat = out.reshape(-1)
+    for start, stop, keep in _keep_chunks(seed, stream, rate, flat.size):
+        flat[start:stop] = keep
+    return out
+
+
 def dropout(x, seed, stream, rate, out):
-    """out = x * mask, the mask over positions 0 .. x.size - 1 (row-major) of call `stream`;
-    `out` may be `x`."""
-    mask = words(seed, 0, out.size, stream).reshape(out.shape)
-    return _apply(mask, x, rate, out)
+    """out = x * mask, the mask over positions 0 .. out.size - 1 (row-major) of call
+    `stream`; `out` (contiguous) may be `x`."""
+    source, target = np.broadcast_to(x, out.shape).reshape(-1), out.reshape(-1)
+    for start, stop, keep in _keep_chunks(seed, stream, rate, target.size):
+        _apply(keep, source[start:stop], rate, target[start:stop])
+    return out
 
 
 def dropout_at(x, seed, stream, rate, positions, out):
     """out = x * mask at the given positions (one per element of x)."""
-    return _apply(words_at(seed, positions, stream).reshape(out.shape), x, rate, out)
+    keep = words_at(seed, positions, stream).reshape(out.shape) >= \
+        np.uint32(keep_threshold(rate))
+    return _apply(keep, x, rate, out)
 
 
-def _apply(mask, x, rate, out):
-    keep = np.greater_equal(mask, np.uint32(keep_threshold(rate)))
+def _apply(keep, x, rate, out):
+    """out = x * scale * keep: the arithmetic every backend uses."""
     np.multiply(x, keep_scale(rate, out.dtype), out=out)
     out *= keep
     return out

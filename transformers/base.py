@@ -242,7 +242,8 @@ class Transformer:
     """Options: passes=[...] appended to the pipeline; optimize=False skips the rewriting
     passes (SimplePrune, CSE), so the graph runs as traced; fusion=False turns fusion off;
     recompute=False stores every edge value the backward needs instead of recomputing it
-    inside fused groups, max_recompute bounds the ops recomputed for one value;
+    inside fused groups (and keeps dropped values alive for the backward instead of
+    dropping again), max_recompute bounds the ops recomputed for one value;
     check_finite=False skips the NaN/Inf check of arguments."""
 
     name = None
@@ -264,10 +265,12 @@ class Transformer:
 
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
-        from ngnn.passes import CSE, OperationBatching, SimplePrune
+        from ngnn.passes import CSE, OperationBatching, RecomputeDropout, SimplePrune
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
         rewrites = [SimplePrune(), CSE()] if self.optimize else []
-        return [OperationBatching()] + rewrites + self.user_passes
+        # After CSE, which would merge the copies again.
+        recompute = [RecomputeDropout()] if self.recompute else []
+        return [OperationBatching()] + rewrites + recompute + self.user_passes
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""

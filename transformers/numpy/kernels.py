@@ -120,9 +120,7 @@ def dropout(x, seed, step, rate, out):
 def dropout_keep(seed, step, rate, shape):
     """The keep bits of a whole tensor's dropout mask (one byte each): a fused group draws
     them once at C speed and reads the rows of each block."""
-    size = int(np.prod(shape, dtype=np.int64))
-    words = philox.words(seed, 0, size, step).reshape(shape)
-    return np.greater_equal(words, np.uint32(philox.keep_threshold(rate)))
+    return philox.keep_bits(seed, step, rate, np.empty(shape, np.bool_))
 
 
 def apply_keep(x, keep, rate, out):
