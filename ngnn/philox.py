@@ -47,16 +47,21 @@ def _check_range(name, value, bits):
 
 def _mulhilo(multiplier, c):
     """(high, low) 64-bit halves of multiplier * c, from 32-bit partial products (NumPy
-    has no 128-bit product)."""
+    has no 128-bit product), reusing the temporaries in place."""
     m_lo, m_hi = np.uint64(multiplier & 0xFFFFFFFF), np.uint64(multiplier >> 32)
     c_lo, c_hi = c & _LOW, c >> _S32
-    cross = m_hi * c_lo
-    cross += (m_lo * c_lo) >> _S32
-    other = m_lo * c_hi
-    other += cross & _LOW
-    high = m_hi * c_hi
-    high += cross >> _S32
-    high += other >> _S32
+    cross = c_lo * m_hi
+    c_lo *= m_lo                     # the low partial product; only its carry matters
+    c_lo >>= _S32
+    cross += c_lo
+    high = c_hi * m_hi
+    c_hi *= m_lo                     # the other cross product
+    np.bitwise_and(cross, _LOW, out=c_lo)
+    c_hi += c_lo
+    cross >>= _S32
+    high += cross
+    c_hi >>= _S32
+    high += c_hi
     return high, c * np.uint64(multiplier)
 
 
@@ -65,7 +70,8 @@ def philox4x64_10(counter, key):
     under `key` (two ints); returns the four output words as uint64 arrays."""
     words = [np.asarray(c, dtype=np.uint64) for c in counter]
     shape = np.broadcast_shapes(*(w.shape for w in words))
-    c0, c1, c2, c3 = (np.array(np.broadcast_to(w, shape)) for w in words)
+    # Flat arrays (never 0-d), so every step can work in place.
+    c0, c1, c2, c3 = (np.array(np.broadcast_to(w, shape)).reshape(-1) for w in words)
     k0, k1 = (int(k) & MASK64 for k in key)
     with np.errstate(over="ignore"):      # products wrap mod 2**64 by design
         for _ in range(ROUNDS):
@@ -78,7 +84,7 @@ def philox4x64_10(counter, key):
             c0, c1, c2, c3 = hi1, lo1, hi0, lo0
             k0 = (k0 + W0) & MASK64
             k1 = (k1 + W1) & MASK64
-    return c0, c1, c2, c3
+    return tuple(c.reshape(shape) for c in (c0, c1, c2, c3))
 
 
 def words(seed, start, n, stream=0):
