@@ -21,7 +21,8 @@ from tqdm import tqdm
 import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
-from ngnn.op_graph import Dropout, SparseDropout, ordered_ops
+from ngnn.frontend import lower_zoom_outs
+from ngnn.op_graph import Dropout, SparseDropout, SparseInputError, ordered_ops
 
 
 STEPS = "trainer/steps"      # checkpoint entry: training steps taken
@@ -101,20 +102,18 @@ class Trainer:
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
-        self.sparse = use_sparse(features, sparse)
-        if self.sparse:
-            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
-        else:
-            self.features = features.toarray() if scipy.sparse.issparse(features) else \
-                np.asarray(features, dtype=np.float32)
         self.transformer = transformer or ngt.make_transformer(backend)
 
         n = data.num_nodes
-        self.x = ng.placeholder((n, data.num_features), name="features", sparse=self.sparse)
         self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
         self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
-        self.loss = ng.cross_entropy(model(data.graph, self.x, training=True), self.y,
-                                     self.train_mask)
+        logits = self._feed(features, use_sparse(features, sparse))
+        if logits is None:          # the model's first op takes no sparse input (GIN adds)
+            if sparse:
+                raise ValueError(f"Trainer: {type(model).__name__} cannot take sparse "
+                                 "features; pass sparse=False")
+            logits = self._feed(features, False)
+        self.loss = ng.cross_entropy(logits, self.y, self.train_mask)
         updates = self.optimizer.updates(self.loss)
         seed_dropout([self.loss] + updates, seed)
         self.train_step = self.transformer.computation([self.loss] + updates, self.x, self.y,
@@ -123,6 +122,25 @@ class Trainer:
         self.evaluate_logits = self.transformer.computation(self.logits, self.x,
                                                             name="evaluate")
         self.history = []
+
+    def _feed(self, features, sparse):
+        """Sets the features placeholder and value, sparse or dense; returns the training
+        logits, or None when the model refuses a sparse input."""
+        self.sparse = sparse
+        self.x = ng.placeholder(features.shape, name="features", sparse=sparse)
+        if sparse:
+            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
+        else:
+            self.features = features.toarray() if scipy.sparse.issparse(features) else \
+                np.asarray(features, dtype=np.float32)
+        try:
+            logits = self.model(self.data.graph, self.x, training=True)
+            lower_zoom_outs([logits])       # vertex-centric code meets the input here
+            return logits
+        except SparseInputError:
+            if not sparse:
+                raise
+            return None
 
     # ---- training ------------------------------------------------------------------------
     def step(self):

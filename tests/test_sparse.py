@@ -148,3 +148,19 @@ def test_bad_sparse_input_gets_clear_errors():
         ng.grad(ng.sum(ng.dot(xs, w)), xs)
     with pytest.raises(ValueError, match="2-D float"):
         ng.placeholder((N,), sparse=True)
+
+
+def test_trainer_feeds_dense_features_to_models_that_cannot_take_sparse_ones():
+    data = datasets.load("cora")
+    gin = nn.GIN(data.num_features, 8, data.num_classes)
+    assert not Trainer(gin, data).sparse             # GIN adds features: auto falls back
+    with pytest.raises(ValueError, match="GIN cannot take sparse features"):
+        Trainer(nn.GIN(data.num_features, 8, data.num_classes), data, sparse=True)
+
+
+@pytest.mark.parametrize("choice", ["on", "off"])
+def test_command_line_forces_either_path(choice, capsys):
+    from ngnn.cli import main
+    assert main(["train", "--model", "gcn", "--dataset", "cora", "--epochs", "2",
+                 "--sparse-features", choice, "--no-progress"]) == 0
+    assert "test accuracy:" in capsys.readouterr().out

@@ -18,6 +18,10 @@ class ShapeError(ValueError):
     """An op was built from arguments whose shapes or dtypes do not fit."""
 
 
+class SparseInputError(TypeError):
+    """A sparse tensor was given to an op that takes only dense ones."""
+
+
 class Op:
     """A node of the op-graph.
 
@@ -41,7 +45,7 @@ class Op:
             if not isinstance(a, Op):
                 raise TypeError(f"{type(self).__name__}: argument {a!r} is not an ngnn op")
             if a.is_sparse and not self.takes_sparse:
-                raise TypeError(f"{type(self).__name__}: argument {a!r} is a sparse tensor; "
+                raise SparseInputError(f"{type(self).__name__}: argument {a!r} is a sparse tensor; "
                                 "sparse tensors feed only ng.dot (as the first operand) and "
                                 "ng.dropout")
         self.shape = tuple(int(s) for s in shape)
