@@ -36,6 +36,9 @@ _LOW = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 # Positions per pass of the vectorized Philox: its working arrays then stay in cache.
 BLOCK = 1 << 14
+# Positions per chunk of a whole-tensor mask (a multiple of 8, whole counters): its words
+# stay in cache, and no word array of the tensor's size is ever made.
+CHUNK = 1 << 16
 
 
 def _check_range(name, value, bits):
@@ -160,11 +163,6 @@ def keep_scale(rate, dtype):
     return np.dtype(dtype).type(1.0 / (1.0 - rate))
 
 
-# Positions per chunk of a whole-tensor mask (a multiple of 8, whole counters): its words
-# stay in cache, and no word array of the tensor's size is ever made.
-CHUNK = 1 << 16
-
-
 def _keep_chunks(seed, stream, rate, size):
     """(start, stop, keep bits) over positions 0 .. size - 1, chunk by chunk, from one
     NumPy Philox generator (counters follow each other)."""
@@ -172,8 +170,8 @@ def _keep_chunks(seed, stream, rate, size):
     threshold = np.uint32(keep_threshold(rate))
     for start in range(0, size, CHUNK):
         stop = min(start + CHUNK, size)
-        words = generator.random_raw(-(-(stop - start) // 8) * 4).view(np.uint32)
-        yield start, stop, words[:stop - start] >= threshold
+        chunk = generator.random_raw(-(-(stop - start) // 8) * 4).view(np.uint32)
+        yield start, stop, chunk[:stop - start] >= threshold
 
 
 def keep_bits(seed, stream, rate, out):
