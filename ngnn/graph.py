@@ -257,9 +257,8 @@ class Graph:
 
     def global_rows(self, rows):
         """Where the rows of a node (rows="n") or edge ("e") tensor of this graph sit in a
-        larger graph it is part of, for dropout masks keyed by global ids: ((graph,
-        attribute naming the global ids), row count of the larger graph), or None for a
-        whole graph."""
+        larger graph it is part of, for dropouts keyed by global ids: (graph, attribute
+        naming the global ids), or None for a whole graph."""
         return None
 
     def to_undirected(self):

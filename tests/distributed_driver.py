@@ -5,7 +5,7 @@
         one process, on BACKEND (default numpy); reports the largest relative difference
         of any trained array.
     mpiexec -n K python tests/distributed_driver.py ops BACKEND
-        the communication ops, a synced aggregation, its gradient and a keyed dropout mask
+        the communication ops, a synced aggregation, its gradient and a keyed dropout
         on BACKEND, against the whole graph's values; the adjoint identities
         sum_r <B x, y> = sum_r <x, R y> over ranks.
     mpiexec -n 4 python tests/distributed_driver.py bytes
@@ -69,7 +69,7 @@ def equal(models, policies, epochs, backend="numpy"):
 def communication_ops(backend):
     import ngnn as ng
     from ngnn import transformers as ngt
-    from ngnn.op_graph import DropoutMask, MasterBroadcast, MirrorReduce
+    from ngnn.op_graph import MasterBroadcast, MirrorReduce
     from ngnn.transformers.numpy import kernels
     comm = dist.world()
     rank = comm.Get_rank()
@@ -86,7 +86,7 @@ def communication_ops(backend):
     reduced = MirrorReduce(px, local, "sum")
     broadcast = MasterBroadcast(px, local)
     aggregated = ng.aggregate(ng.gather(px, local, by="src"), local, at="dst", reduce="mean")
-    mask = DropoutMask((n, 3), 0.5, seed=11)
+    mask = ng.dropout(px, 0.5, seed=11)
     dist.insert_communication([aggregated, mask], local)
     aggregated, mask = aggregated.forwarded, mask.forwarded
     grad = ng.grad(ng.sum(aggregated * py), px)
@@ -104,7 +104,7 @@ def communication_ops(backend):
     scale = 1 / np.maximum(g.in_degrees, 1)[:, None]
     whole_mean = (g.incidence("dst") @ whole_x[g.src]) * scale
     errors["mean"] = np.abs(a - whole_mean[part.nodes]).max(initial=0)
-    whole_mask = kernels.dropout_mask(11, 0, 0.5, np.empty((g.num_nodes, 3), np.float32))
+    whole_mask = kernels.dropout(whole_x, 11, 0, 0.5, np.empty_like(whole_x))
     errors["mask"] = np.abs(m - whole_mask[part.nodes]).max(initial=0)
     # The whole graph's gradient of sum(mean * y) is A^T (y / deg); each vertex's copies'
     # gradients add up to it.

@@ -33,9 +33,7 @@ class LocalGraph(Graph):
 
     # ---- what vertex-centric code and dropout see ----------------------------------------
     def global_rows(self, rows):
-        if rows == "n":
-            return (self, "global_node_ids"), self.global_num_nodes
-        return (self, "global_edge_ids"), self.global_num_edges
+        return self, "global_node_ids" if rows == "n" else "global_edge_ids"
 
     def vertex_degrees(self, which):
         return self.global_in_degrees if which == "in" else self.global_out_degrees

@@ -8,8 +8,8 @@ alike (a mirror's row equals its master's), and every edge tensor on its local e
   it becomes `MasterBroadcast(MirrorReduce(partial))`, the whole result on every copy;
   a mean divides that sum by the whole graph's degree;
 * an edge softmax becomes its max, exp, sum and divide, with both aggregations synced;
-* a dropout mask of node rows is keyed by global vertex ids (edge masks made inside
-  zoomIn already are, through LocalGraph.global_rows).
+* a dropout of node rows is keyed by global vertex ids (dropouts made inside zoomIn
+  already are, through LocalGraph.global_rows).
 
 Gradients then follow from the ops' adjoints: the adjoint of the broadcast is a mirror
 reduction and the other way round, while gathers and aggregations stay local. Run it on
@@ -18,7 +18,7 @@ the forward graph before ng.grad; the optimizer all-reduces the weight gradients
 import numpy as np
 
 from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import (Aggregate, Constant, Divide, DropoutMask, EdgeSoftmax, Exp, Gather,
+from ngnn.op_graph import (Aggregate, Constant, Divide, Dropout, EdgeSoftmax, Exp, Gather,
                            MasterBroadcast, MirrorReduce, StopGradient, Subtract, ordered_ops)
 
 from .local_graph import LocalGraph
@@ -32,7 +32,7 @@ def insert_communication(results, graph):
         if isinstance(op, (Aggregate, EdgeSoftmax)) and isinstance(op.graph, LocalGraph) \
                 and not getattr(op, "rank_local", False):
             op.forward = synced_softmax(op) if isinstance(op, EdgeSoftmax) else synced(op)
-        elif isinstance(op, DropoutMask) and op.rows is None:
+        elif isinstance(op, Dropout) and op.rows is None:
             op.forward = node_keyed(op, graph)
 
 
@@ -64,9 +64,8 @@ def synced_softmax(op):
 
 def node_keyed(op, graph):
     if op.shape[:1] != (graph.num_nodes,):
-        raise ValueError(f"distributed dropout: a mask of shape {op.shape} is neither over "
+        raise ValueError(f"distributed dropout: a tensor of shape {op.shape} is neither over "
                          f"the {graph.num_nodes} local vertices nor made inside zoomIn, so "
-                         "it cannot be keyed by global ids")
-    keys, total = graph.global_rows("n")
-    return DropoutMask(op.shape, op.rate, seed=op.seed, dtype=op.dtype, name=op.name,
-                       rows=keys, total_rows=total, scope=op.scope)
+                         "its mask cannot be keyed by global ids")
+    return Dropout(op.args[0], op.rate, seed=op.seed, name=op.name,
+                   rows=graph.global_rows("n"))

@@ -10,6 +10,7 @@ process seeds them, validation and test metrics are summed over ranks, so every 
 follows the single-process run, epoch by epoch.
 """
 import numpy as np
+import scipy.sparse
 
 import ngnn as ng
 from ngnn import optim
@@ -42,7 +43,9 @@ class DistributedTrainer(Trainer):
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
         nodes = part.nodes
-        self.features = features[nodes]
+        # Fed dense (one process may feed them sparse: the results are the same).
+        self.features = features[nodes].toarray() if scipy.sparse.issparse(features) \
+            else features[nodes]
         self.labels = np.asarray(data.labels)[nodes]
         is_master = np.arange(nodes.shape[0]) < part.num_masters
         self.masks = {s: np.asarray(getattr(data, s + "_mask"), bool)[nodes] & is_master

@@ -6,7 +6,7 @@ needs. Edge values (`inedge`, `outedge`) become edge tensors (E,) + local shape;
 used on an edge is gathered there (a neighbour by its end of the edge, the vertex itself by
 the other end), and an aggregation over a vertex's edges is an Aggregate at that vertex's end.
 """
-from ..op_graph import (Aggregate, Broadcast, Constant, Dot, DropoutMask, ElementWise, Gather,
+from ..op_graph import (Aggregate, Broadcast, Constant, Dot, Dropout, ElementWise, Gather,
                         ordered_ops)
 from ..op_graph.layout import reshape_to
 from ..op_graph.scopes import LOCAL_SCOPES
@@ -35,7 +35,6 @@ class Lowering:
         self.graph = graph
         self.home = {}       # local op -> its whole-graph tensor (node or edge rows)
         self.gathers = {}    # (local op, by) -> node tensor gathered onto edges
-        self.masks = {}      # (dropout mask, rows) -> mask with the rows axis in front
 
     def lower(self, root):
         for op in ordered_ops([root]):
@@ -60,21 +59,13 @@ class Lowering:
             args = [self.arg(a, op.scope, rows) for a in op.args]
             new = self.rebuild(op, args, g.num_nodes if rows == "n" else g.num_edges)
         new.scope = self.rows(op.scope)
+        if isinstance(new, Dropout):
+            new.rows = self.graph.global_rows(new.scope)   # ids of a partition's graph
         return new
 
     def arg(self, a, scope, rows):
         """The lowered form of argument `a` of an op of `scope`."""
         if a.scope is None:
-            if isinstance(a, DropoutMask):
-                # A fresh mask per vertex (or edge), not one shared by all of them.
-                key = (a, rows)
-                if key not in self.masks:
-                    count = self.graph.num_nodes if rows == "n" else self.graph.num_edges
-                    keys, total = self.graph.global_rows(rows) or (None, None)
-                    self.masks[key] = DropoutMask((count,) + a.shape, a.rate, seed=a.seed,
-                                                  dtype=a.dtype, rows=keys, total_rows=total)
-                    self.masks[key].scope = rows
-                return self.masks[key]
             return a          # parameters keep their full shape
         return self.on_edges(a, scope) if rows == "e" else self.home[a]
 
