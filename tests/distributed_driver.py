@@ -34,8 +34,11 @@ def build(name, data):
     return model, optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
 
 
-def relative_difference(a, b):
-    return max(float(np.abs(a[k] - b[k]).max() / max(np.abs(a[k]).max(), 1e-30)) for k in a)
+def relative_difference(a, b, prefix=""):
+    """The largest difference of an array over its largest magnitude, among the arrays
+    whose names start with `prefix`."""
+    return max(float(np.abs(a[k] - b[k]).max() / max(np.abs(a[k]).max(), 1e-30))
+               for k in a if k.startswith(prefix))
 
 
 def equal(models, policies, epochs, backend="numpy"):
@@ -60,7 +63,8 @@ def equal(models, policies, epochs, backend="numpy"):
             trainer.transformer.close()
             if reference is not None:
                 report[f"{name}/{policy}"] = {
-                    "weights": relative_difference(reference[0], state),
+                    "weights": relative_difference(reference[0], state, "model/"),
+                    "state": relative_difference(reference[0], state),
                     "loss": abs(trainer.history[-1]["loss"] - reference[1]),
                     "accuracy": max(abs(accuracy[s] - reference[2][s]) for s in accuracy)}
     return report
