@@ -133,25 +133,29 @@ def test_save_and_load(tmp_path):
         dist.load_partition(tmp_path, 0)
 
 
-def test_communication_ops_are_each_others_adjoints():
-    """<B x, y> = <x, R y> on one rank (no mirrors: both are identities) and the IR names
-    the ranks; the sums over ranks are checked by the MPI runs below."""
+def test_one_rank_ops_and_keyed_dropout(transformer_factory):
+    """On one rank there are no mirrors: the communication ops are identities (their
+    gradients too), the IR names the rank, and a dropout keyed by global ids over the
+    local graph draws what the whole graph's dropout draws (rows permuted back)."""
     data = datasets.synthetic("sbm", 60, 4, 3, 2, seed=0)
     part = dist.partition(data.graph, 1, "cvc").part(0)
-    exchange = dist.Exchange(dist.world(), part)
-    g = dist.LocalGraph.from_part(part, exchange)
+    g = dist.LocalGraph.from_part(part, dist.Exchange(dist.world(), part))
     x = ng.placeholder((g.num_nodes, 3), name="x")
     y = ng.op_graph.MasterBroadcast(ng.op_graph.MirrorReduce(x, g, "sum"), g)
     dx = ng.grad(ng.sum(y * y), x)
-    from ngnn import transformers as ngt
-    with ngt.make_transformer("numpy") as t:
-        comp = t.computation([y, dx], x)
-        value = np.random.default_rng(0).standard_normal((g.num_nodes, 3)).astype(np.float32)
-        out, grad = comp(value)
-        np.testing.assert_allclose(out, value)
-        np.testing.assert_allclose(grad, 2 * value, rtol=1e-6)
-        assert "mirror_reduce(%x, reduce=sum, rank=0" in comp.ir
-        assert "master_broadcast(" in comp.ir
+    dropped = ng.op_graph.Dropout(x, 0.5, seed=9, rows=g.global_rows("n"))
+    whole = ng.placeholder((g.num_nodes, 3), name="whole")
+    t = transformer_factory()
+    comp = t.computation([y, dx, dropped, ng.dropout(whole, 0.5, seed=9)], x, whole)
+    value = np.random.default_rng(0).standard_normal((g.num_nodes, 3)).astype(np.float32)
+    ordered = np.empty_like(value)
+    ordered[part.nodes] = value            # the whole graph's rows in global id order
+    out, grad, keyed, reference = comp(value, ordered)
+    np.testing.assert_allclose(out, value)
+    np.testing.assert_allclose(grad, 2 * value, rtol=1e-6)
+    np.testing.assert_array_equal(keyed, reference[part.nodes])
+    assert "mirror_reduce(%x, reduce=sum, rank=0" in comp.ir
+    assert "master_broadcast(" in comp.ir and "rows=global_node_ids" in comp.ir
 
 
 # ---- over MPI ranks ------------------------------------------------------------------------
