@@ -123,25 +123,35 @@ def dropout_keep(seed, step, rate, shape):
     return philox.keep_bits(seed, step, rate, np.empty(shape, np.bool_))
 
 
-def row_positions(rows, shape):
-    """Positions of a keyed dropout (ngnn.op_graph.Dropout's rows): element (i, j) of
-    a (len(rows), F) tensor at rows[i] * F + j."""
-    width = int(np.prod(shape[1:], dtype=np.int64))
-    flat = rows.astype(np.uint64)[:, None] * np.uint64(width) + np.arange(width,
-                                                                         dtype=np.uint64)
-    return flat.reshape(shape)
-
-
 def dropout_rows(x, seed, step, rate, rows, out):
-    """dropout, each row at the position of its id in `rows`."""
-    return philox.dropout_at(np.broadcast_to(x, out.shape), seed, step, rate,
-                             row_positions(rows, out.shape), out)
+    """dropout, row i at the positions of row rows[i] (ngnn.op_graph.Dropout's rows)."""
+    keep = dropout_keep_rows(seed, step, rate, out.shape, rows)
+    return apply_keep(np.broadcast_to(x, out.shape), keep, rate, out)
 
 
 def dropout_keep_rows(seed, step, rate, shape, rows):
-    """dropout_keep of a keyed dropout."""
-    return philox.words_at(seed, row_positions(rows, shape), step) >= \
-        np.uint32(philox.keep_threshold(rate))
+    """The keep bits of a dropout whose row i takes the row-major positions of row
+    rows[i]: drawn at C speed (NumPy's Philox) over the span of the ids, one chunk of
+    rows at a time, keeping the rows asked for. Costs at most a whole tensor's draw."""
+    width = int(np.prod(shape[1:], dtype=np.int64))
+    keep = np.empty((len(rows), width), np.bool_)
+    if keep.size == 0:
+        return keep.reshape(shape)
+    order = np.argsort(rows, kind="stable")
+    ids = np.asarray(rows, dtype=np.int64)[order]
+    threshold = np.uint32(philox.keep_threshold(rate))
+    per_chunk = max(1, philox.CHUNK // width)
+    done = 0
+    while done < len(ids):
+        low = int(ids[done])
+        high = low + per_chunk
+        stop = int(np.searchsorted(ids, high, side="left"))
+        high = int(ids[stop - 1]) + 1
+        words = philox.words(seed, low * width, (high - low) * width, step)
+        keep[order[done:stop]] = words.reshape(high - low, width)[ids[done:stop] - low] >= \
+            threshold
+        done = stop
+    return keep.reshape(shape)
 
 
 def apply_keep(x, keep, rate, out):
