@@ -68,7 +68,8 @@ def make_trainer(args, data, seed, transformer=None):
         from ngnn.distributed import DistributedTrainer
         return DistributedTrainer(model, data, args.part, optimizer, backend=args.backend,
                                   seed=seed, normalize=args.normalize_features,
-                                  transformer=transformer)
+                                  transformer=transformer,
+                                  sparse=SPARSE_CHOICES[args.sparse_features])
     return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
                    normalize=args.normalize_features, transformer=transformer,
                    sparse=SPARSE_CHOICES[args.sparse_features])

@@ -19,7 +19,8 @@ import numpy as np
 
 from ngnn.frontend import lower_zoom_outs
 from ngnn.op_graph import (Aggregate, Constant, Divide, Dropout, EdgeSoftmax, Exp, Gather,
-                           MasterBroadcast, MirrorReduce, StopGradient, Subtract, ordered_ops)
+                           MasterBroadcast, MirrorReduce, SparseDropout, StopGradient, Subtract,
+                           ordered_ops)
 
 from .local_graph import LocalGraph
 
@@ -32,7 +33,7 @@ def insert_communication(results, graph):
         if isinstance(op, (Aggregate, EdgeSoftmax)) and isinstance(op.graph, LocalGraph) \
                 and not getattr(op, "rank_local", False):
             op.forward = synced_softmax(op) if isinstance(op, EdgeSoftmax) else synced(op)
-        elif isinstance(op, Dropout) and op.rows is None:
+        elif isinstance(op, (Dropout, SparseDropout)) and op.rows is None:
             op.forward = node_keyed(op, graph)
 
 
@@ -67,5 +68,5 @@ def node_keyed(op, graph):
         raise ValueError(f"distributed dropout: a tensor of shape {op.shape} is neither over "
                          f"the {graph.num_nodes} local vertices nor made inside zoomIn, so "
                          "its mask cannot be keyed by global ids")
-    return Dropout(op.args[0], op.rate, seed=op.seed, name=op.name,
-                   rows=graph.global_rows("n"))
+    return type(op)(op.args[0], op.rate, seed=op.seed, name=op.name,
+                    rows=graph.global_rows("n"))

@@ -16,8 +16,8 @@ import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, Sum
-from ngnn.train import Trainer, normalize_features, seed_dropout
+from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, SparseInputError, Sum
+from ngnn.train import Trainer, normalize_features, seed_dropout, use_sparse
 
 from .exchange import Exchange, world
 from .local_graph import LocalGraph
@@ -28,11 +28,12 @@ SPLITS = ("train", "val", "test")
 
 class DistributedTrainer(Trainer):
     """Trainer for rank `part.rank` of a partition (a LocalPart: `Partition.part(rank)` or
-    `load_partition(folder, rank)`) of `data.graph`; `comm` defaults to MPI's world. The
-    methods are the Trainer's; metrics and losses are global."""
+    `load_partition(folder, rank)`) of `data.graph`; `comm` defaults to MPI's world.
+    `sparse` as the Trainer's. The methods are the Trainer's; metrics and losses are
+    global."""
 
     def __init__(self, model, data, part, optimizer=None, backend="numpy", seed=0,
-                 normalize=True, transformer=None, comm=None):
+                 normalize=True, transformer=None, sparse=None, comm=None):
         part.check_graph(data.graph)
         self.part = part
         self.exchange = Exchange(comm if comm is not None else world(), part)
@@ -43,9 +44,6 @@ class DistributedTrainer(Trainer):
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
         nodes = part.nodes
-        # Fed dense (one process may feed them sparse: the results are the same).
-        self.features = features[nodes].toarray() if scipy.sparse.issparse(features) \
-            else features[nodes]
         self.labels = np.asarray(data.labels)[nodes]
         is_master = np.arange(nodes.shape[0]) < part.num_masters
         self.masks = {s: np.asarray(getattr(data, s + "_mask"), bool)[nodes] & is_master
@@ -55,10 +53,16 @@ class DistributedTrainer(Trainer):
         self.transformer = transformer or ngt.make_transformer(backend)
 
         n = nodes.shape[0]
-        self.x = ng.placeholder((n, data.num_features), name="features")
         self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
         self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
-        logits = model(self.graph, self.x, training=True)
+        # The rows of this rank's vertices, fed sparse or dense as one process feeds them.
+        local = features[nodes]
+        logits = self._feed(local, use_sparse(features, sparse))
+        if logits is None:
+            if sparse:
+                raise ValueError(f"DistributedTrainer: {type(model).__name__} cannot take "
+                                 "sparse features; pass sparse=False")
+            logits = self._feed(local, False)
         self.loss = self.master_loss(logits)
         lower_zoom_outs([self.loss])
         seed_dropout([self.loss], seed)        # before rewriting: one process's order
@@ -72,6 +76,24 @@ class DistributedTrainer(Trainer):
         self.evaluate_logits = self.transformer.computation(self.logits, self.x,
                                                             name="evaluate")
         self.history = []
+
+    def _feed(self, features, sparse):
+        """Trainer._feed over this rank's graph."""
+        self.sparse = sparse
+        self.x = ng.placeholder(features.shape, name="features", sparse=sparse)
+        if sparse:
+            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
+        else:
+            self.features = features.toarray() if scipy.sparse.issparse(features) else \
+                np.asarray(features, dtype=np.float32)
+        try:
+            logits = self.model(self.graph, self.x, training=True)
+            lower_zoom_outs([logits])
+            return logits
+        except SparseInputError:
+            if not sparse:
+                raise
+            return None
 
     def master_loss(self, logits):
         """This rank's share of ng.cross_entropy(logits, labels, train_mask) of the whole

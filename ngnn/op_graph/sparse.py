@@ -62,9 +62,10 @@ class SparseDropout(Op):
     is_stateful = True
     is_sparse = True
 
-    def __init__(self, x, rate, seed=None, name=None):
+    def __init__(self, x, rate, seed=None, name=None, rows=None):
         (x,) = as_ops(x)
         _sparse_matrix("dropout", x)
+        self.rows = rows          # as Dropout's: row i at the positions of an id
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"dropout: rate must be in [0, 1), got {rate}")
         self.rate = float(rate)
@@ -72,10 +73,14 @@ class SparseDropout(Op):
         super().__init__([x], shape=x.shape, dtype=x.dtype, name=name)
 
     def attrs(self):
-        return {"rate": self.rate, "seed": self.seed}
+        attrs = {"rate": self.rate, "seed": self.seed}
+        if self.rows is not None:
+            attrs["rows"] = self.rows[1]
+        return attrs
 
     def with_args(self, args, lead=0):
-        return SparseDropout(*args, rate=self.rate, seed=self.seed, name=self.name)
+        return SparseDropout(*args, rate=self.rate, seed=self.seed, name=self.name,
+                             rows=self.rows)
 
     def adjoints(self, delta):
         return [None]

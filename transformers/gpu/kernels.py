@@ -285,8 +285,9 @@ class GPUKernelGenerator(TypeDispatched):
         slot = f"{params.sparse_array(source, 'perm')}[k]" if transposed else "k"
         value = block.declare(op.dtype, f"{params.sparse_array(source, 'data')}[{slot}]")
         row, col = ("other", "row") if transposed else ("row", "other")
-        position = f"(ulong){row} * {x.shape[1]}UL + (ulong){col}"
         for d in reversed(dropouts):            # innermost first, as they were applied
+            keyed = row if d.rows is None else f"{params.graph_array(*d.rows)}[{row}]"
+            position = f"(ulong){keyed} * {x.shape[1]}UL + (ulong){col}"
             params.uses_step = True
             keep = block.declare(np.int32, f"philox_word({d.seed}UL, {position}, "
                                  f"(ulong)step) >= {philox.keep_threshold(d.rate)}u", "keep")

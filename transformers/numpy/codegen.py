@@ -68,8 +68,9 @@ class NumPyCodeGenerator(TypeDispatched):
     @generate_op.on_type(SparseDropout)
     def generate_op(self, op, out, args):
         # A new CSR matrix (its size is the fed matrix's, unknown to the memory plan).
+        ids = "" if op.rows is None else f", ids={self.mask_rows(op)}"
         return [f"{out} = K.sparse_dropout({args[0]}, seed={op.seed}, step=step, "
-                f"rate={op.rate!r})"]
+                f"rate={op.rate!r}{ids})"]
 
     @generate_op.on_type(SparseDot)
     def generate_op(self, op, out, args):

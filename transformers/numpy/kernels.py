@@ -161,10 +161,12 @@ def apply_keep(x, keep, rate, out):
     return out
 
 
-def sparse_dropout(x, seed, step, rate):
+def sparse_dropout(x, seed, step, rate, ids=None):
     """Dropout of the stored values of a CSR matrix: the value at (i, j) gets the mask of
-    dense position i * F + j, so it equals the dense dropout there."""
-    rows = np.repeat(np.arange(x.shape[0], dtype=np.uint64), np.diff(x.indptr))
+    dense position i * F + j (ids[i] * F + j when keyed by row ids), so it equals the dense
+    dropout there."""
+    rows = np.repeat(np.arange(x.shape[0], dtype=np.uint64) if ids is None else
+                     np.asarray(ids, dtype=np.uint64), np.diff(x.indptr))
     positions = rows * np.uint64(x.shape[1]) + x.indices.astype(np.uint64)
     data = philox.dropout_at(x.data, seed, step, rate, positions, np.empty_like(x.data))
     return scipy.sparse.csr_matrix((data, x.indices, x.indptr), shape=x.shape)
