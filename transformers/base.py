@@ -251,8 +251,9 @@ class Transformer:
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
         from ngnn.passes import CSE, OperationBatching, SimplePrune
+        from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
-        rewrites = [SimplePrune(), CSE()] if self.optimize else []
+        rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
         return [OperationBatching()] + rewrites + self.user_passes
 
     def late_passes(self):

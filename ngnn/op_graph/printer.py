@@ -5,6 +5,7 @@
 Type scopes and operator kinds are printed when the computation has graph values; node
 and edge axes print as N and E.
 """
+from .layout import format_index
 from .op import Constant, Op, Placeholder, Variable
 from .scopes import printed_scope
 
@@ -30,6 +31,8 @@ def kind_of(op):
 def attr_text(value):
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, tuple) and any(isinstance(v, slice) for v in value):
+        return format_index(value)
     if isinstance(value, tuple):
         return "(" + ",".join(attr_text(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     if hasattr(value, "num_nodes"):
@@ -61,10 +64,7 @@ class IRNames:
 
 def op_line(op, names, show_scope, indent="    "):
     args = [names[a] for a in op.args]
-    attrs = op.attrs()
-    if isinstance(op, Constant) and op.value.ndim == 0:
-        attrs = {"value": op.value.item()}
-    args += [f"{k}={attr_text(v)}" for k, v in attrs.items() if k != "graph"]
+    args += [f"{k}={attr_text(v)}" for k, v in op.printed_attrs().items()]
     prefix = f"{kind_of(op)}::" if show_scope else ""
     name = "constant" if isinstance(op, Constant) else op.op_name
     return f"{indent}{names[op]} : {type_text(op, show_scope)} = {prefix}{name}({', '.join(args)})"

@@ -3,7 +3,7 @@ import itertools
 
 import numpy as np
 
-from .op import Op, ShapeError, Variable, as_ops
+from .op import Attr, Op, ShapeError, Variable, as_ops
 
 _dropout_seeds = itertools.count(1)
 
@@ -13,6 +13,8 @@ class DropoutMask(Op):
     (seed, call number * size + element index): the same mask on every backend, a new one on
     every call of a computation."""
     is_stateful = True
+    attributes = (Attr("shape", batching="shape", printed=False), Attr("rate"), Attr("seed"),
+                  Attr("dtype", printed=False))
 
     def __init__(self, shape, rate, seed=None, dtype=np.float32, name=None):
         if not 0.0 <= rate < 1.0:
@@ -22,9 +24,6 @@ class DropoutMask(Op):
         super().__init__((), shape=shape, dtype=dtype, name=name)
 
     kind = "prim"
-
-    def attrs(self):
-        return {"rate": self.rate, "seed": self.seed}
 
     def adjoints(self, delta):
         return []
@@ -39,6 +38,7 @@ def dropout(x, rate, seed=None):
 
 class OneHot(Op):
     """(N,) integer class ids -> (N, C) floats; an id outside [0, C) is an error at run time."""
+    attributes = (Attr("num_classes"), Attr("dtype", printed=False))
 
     def __init__(self, labels, num_classes, dtype=np.float32, name=None):
         (labels,) = as_ops(labels)
@@ -47,12 +47,6 @@ class OneHot(Op):
         self.num_classes = int(num_classes)
         super().__init__([labels], shape=labels.shape + (self.num_classes,), dtype=dtype,
                          name=name)
-
-    def attrs(self):
-        return {"num_classes": self.num_classes}
-
-    def with_args(self, args, lead=0):
-        return OneHot(*args, self.num_classes, self.dtype, name=self.name)
 
     def adjoints(self, delta):
         return [None]

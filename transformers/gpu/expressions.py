@@ -50,6 +50,13 @@ def literal(value, dtype):
     return f"{value}{suffix}"
 
 
+def attribute_literals(op):
+    """An element-wise op's numeric attributes as C literals, for its `c` template."""
+    values = {a.field: getattr(op, a.field) for a in op.attributes}
+    return {name: literal(v, np.float32 if isinstance(v, float) else np.int64)
+            for name, v in values.items() if isinstance(v, (int, float))}
+
+
 def extreme(dtype, largest):
     """The identity of max (largest=False) or min (largest=True) reductions in `dtype`."""
     dtype = np.dtype(dtype)
@@ -243,8 +250,9 @@ class Block:
             return self.declare(op.dtype, f"({ctype(op.dtype)})({value})")
         if isinstance(op, ElementWise):
             t = ctype(op.dtype)
-            fields = {name: f"(({t}){self.value(a, broadcast_coords(coords, a.shape, op.shape))})"
-                      for name, a in zip(("x", "y"), op.args)}
+            fields = attribute_literals(op)
+            fields.update((name, f"(({t}){self.value(a, broadcast_coords(coords, a.shape, op.shape))})")
+                          for name, a in zip(("x", "y"), op.args))
             expr = in_precision(op.c.format(out_ctype=t, **fields), op.dtype)
             return self.declare(op.dtype, f"({t})({expr})")
         if isinstance(op, Broadcast):

@@ -9,6 +9,7 @@ import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.naming import Namer, sanitize
+from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph import (Aggregate, Concat, Dot, EdgeSoftmax, LogSoftmax, Max, Mean, Min, Op,
                            Reduction, Softmax, Unslice)
 
@@ -138,7 +139,7 @@ class GPUKernelGenerator(TypeDispatched):
             if isinstance(k, int):
                 tests.append(f"({c}) == {k}")
                 continue
-            last = k.start + k.step * (len(range(k.start, k.stop, k.step)) - 1)
+            last = k.start + k.step * (slice_length(k) - 1)
             low, high = min(k.start, last), max(k.start, last)
             tests.append(f"({c}) >= {low} && ({c}) <= {high}")
             if k.step != 1:
