@@ -261,11 +261,11 @@ class Transformer:
         from ngnn.passes import BufferSharing
         return self.fusion_passes() + [BufferSharing()]
 
-    def fusion_passes(self):
+    def fusion_passes(self, **options):
         from ngnn.passes import Fusion
         if not self.fusion:
             return []
-        return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute)]
+        return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute, **options)]
 
     def computation(self, results, *parameters, name=None):
         if self.closed:

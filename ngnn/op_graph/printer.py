@@ -93,7 +93,8 @@ def format_ir(title, steps, results, parameters, names=None):
     lines.append("    return " + ", ".join(names[r] for r in results))
     for g in groups:
         params = ", ".join(f"{names[i]} : {type_text(i, show_scope)}" for i in g.inputs)
-        lines += ["", f"{g.name}({params}):  # over {g.at} ends, blocks of the CSR"]
+        where = f"  # over {g.at} ends" if g.at else ""
+        lines += ["", f"{g.name}({params}):{where}"]
         recomputed = set(g.recomputed)
         for op in g.ops:
             note = "  # recomputed" if op in recomputed else \

@@ -13,7 +13,8 @@ import numpy as np
 
 from ngnn.naming import Namer, sanitize
 from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, DropoutMask, EdgeSoftmax,
-                           ElementWise, Gather, OneHot, Reshape, Slice, Transpose)
+                           ElementWise, Gather, Max, Mean, Min, OneHot, Reduction, Reshape, Slice,
+                           Transpose)
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "char", "int16": "short",
           "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort",
@@ -53,7 +54,8 @@ def literal(value, dtype):
 def attribute_literals(op):
     """An element-wise op's numeric attributes as C literals, for its `c` template."""
     values = {a.field: getattr(op, a.field) for a in op.attributes}
-    return {name: literal(v, np.float32 if isinstance(v, float) else np.int64)
+    real = op.dtype if op.dtype.kind == "f" else np.float32
+    return {name: literal(v, real if isinstance(v, float) else np.int64)
             for name, v in values.items() if isinstance(v, (int, float))}
 
 
@@ -111,8 +113,9 @@ class KernelParams:
     """The parameters one kernel needs: stored tensors it reads, graph index arrays, and
     whether it needs the call number (`step`, for dropout masks)."""
 
-    def __init__(self, plan, taken=()):
+    def __init__(self, plan, computed, taken=()):
         self.plan = plan
+        self.computed = computed  # ops this kernel computes in registers
         self.namer = Namer(taken)
         self.tensors = {}         # base op -> C name
         self.graph_arrays = {}    # (graph, attribute) -> C name
@@ -126,6 +129,9 @@ class KernelParams:
             # Prefixed so no tensor name can shadow a C function such as exp or max.
             self.tensors[base] = self.namer(f"in_{sanitize(base.name or base.op_name)}")
         return self.tensors[base]
+
+    def is_stored(self, op):
+        return op not in self.computed
 
     def graph_array(self, graph, attribute):
         key = (graph, attribute)
@@ -222,7 +228,7 @@ class Block:
         if found is None:
             if isinstance(op, Constant) and op.is_scalar:
                 found = literal(op.value, op.dtype)
-            elif self.params.plan.is_stored(op):
+            elif self.params.is_stored(op):
                 found = self.load(op, flat_index(coords, op.shape))
             else:
                 found = self.compute(op, coords)
@@ -231,7 +237,7 @@ class Block:
 
     def value_at_flat(self, op, flat):
         """`op` at row-major offset `flat`: a stored op is loaded there directly."""
-        if self.params.plan.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
+        if self.params.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
             return self.load(op, flat)
         var = self.declare(np.int32, flat, "i")
         return self.value(op, unravel(var, op.shape))
@@ -285,6 +291,8 @@ class Block:
                 # vertex's own, computed once before the loop.
                 return loop[4].value(x, (loop[3],) + coords[1:])
             return self.value(x, (self.end_vertex(op.graph, op.by, coords[0]),) + coords[1:])
+        if isinstance(op, Reduction):
+            return self.reduction(op, coords)
         if isinstance(op, Aggregate):
             return self.aggregate(op, coords)
         if isinstance(op, EdgeSoftmax):
@@ -323,6 +331,38 @@ class Block:
         close()
         final = f"{acc} / ({t})({end} - {start})" if op.reduce == "mean" else acc
         return self.declare(op.dtype, f"{end} > {start} ? {final} : {literal(0, op.dtype)}")
+
+    def reduction(self, op, coords):
+        """A row-wise reduction in registers: a loop over the reduced coordinates (the
+        per-head sums of a fused group)."""
+        (x,) = op.args
+        t = ctype(op.dtype)
+        reduced = [x.shape[a] for a in op.axes]
+        count = int(np.prod(reduced, dtype=np.int64))
+        kept = iter(c for i, c in enumerate(coords) if not (op.keepdims and i in op.axes))
+        r = self.params.fresh("r")
+        reduced_coords = iter(unravel(r, reduced))
+        x_coords = [next(reduced_coords) if i in op.axes else next(kept)
+                    for i in range(x.ndim)]
+        acc = self.params.fresh("acc")
+        self.params.note_dtype(op.dtype)
+        if isinstance(op, Max):     # Min subclasses Max
+            better = "<" if isinstance(op, Min) else ">"
+            self.emit(f"{t} {acc} = {extreme(op.dtype, largest=isinstance(op, Min))};")
+        else:
+            self.emit(f"{t} {acc} = {literal(0, op.dtype)};")
+        body = self.child()
+        value = f"(({t}){body.value(x, x_coords)})"
+        body.emit(f"{acc} = {value} {better} {acc} ? {value} : {acc};" if isinstance(op, Max)
+                  else f"{acc} += {value};")
+        self.emit(f"for (int {r} = 0; {r} < {count}; ++{r}) {{")
+        self.nest(body)
+        self.emit("}")
+        if isinstance(op, Mean):
+            return self.declare(op.dtype, f"{acc} / {literal(max(count, 1), op.dtype)}")
+        if isinstance(op, Max) and not count:
+            return literal(0, op.dtype)
+        return acc
 
     def edge_softmax(self, op, coords):
         """exp(x - max) / sum over the edges of the edge's vertex. Inside an aggregation's
