@@ -70,10 +70,18 @@ def op_line(op, names, show_scope, indent="    "):
     return f"{indent}{names[op]} : {type_text(op, show_scope)} = {prefix}{name}({', '.join(args)})"
 
 
+def shown_steps(steps):
+    """Steps as the IR shows them: a group without a name (a GPU kernel that only inlines
+    element-wise producers) is shown as its ops."""
+    return [op for s in steps for op in
+            (s.ops if not isinstance(s, Op) and s.name is None else [s])]
+
+
 def format_ir(title, steps, results, parameters, names=None):
     """The graph as SSA text. `steps` are ops and fused groups (anything with `ops`,
     `inputs`, `outputs` and `name`); a group prints as a call, its body after the graph."""
     names = names or IRNames()
+    steps = shown_steps(steps)
     groups = [s for s in steps if not isinstance(s, Op)]
     ops = [s for s in steps if isinstance(s, Op)] + [op for g in groups for op in g.ops]
     show_scope = any(op.scope is not None for op in ops)

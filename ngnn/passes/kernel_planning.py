@@ -40,7 +40,9 @@ class KernelGroup:
 
     @property
     def name(self):
-        return self.group.name if self.group else f"kernel_{self.outputs[0].op_name}"
+        """The fused group's name; None for a kernel that only inlines producers (the IR
+        prints its ops, the program its kernel)."""
+        return self.group.name if self.group else None
 
     @property
     def at(self):
@@ -54,7 +56,7 @@ class KernelGroup:
         return op in self.inlined or op in self.outputs
 
     def __repr__(self):
-        return f"<KernelGroup {self.name}: {len(self.outputs)} kernel(s)>"
+        return f"<KernelGroup {self.name or self.outputs[0]}: {len(self.outputs)} kernel(s)>"
 
 
 class KernelPlan:

@@ -217,6 +217,8 @@ class GPUTransformer(Transformer):
                 tensor = self.variable_tensor(base)
             elif isinstance(base, Constant):
                 tensor = self.constant_tensor(base)
+            elif base in memory.into_variable:     # an update written in place
+                tensor = self.variable_tensor(memory.into_variable[base])
             else:
                 tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
             return tensor.view(op.shape)
@@ -243,6 +245,7 @@ class GPUTransformer(Transformer):
         computation.executor = GPUKernelGroup(
             self, kernels, launches, [placeholders[p] for p in computation.parameters],
             [tensor_of(r) for r in computation.results],
-            [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns],
+            [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns
+             if plan.base(a.args[1]) not in memory.into_variable],
             label_checks)
         computation._source = source
