@@ -216,7 +216,10 @@ def add_recompute(group, groups, limit):
     edge-side ancestry is short, made only of gathers and element-wise ops, and nowhere
     wider than the value itself: recomputing then reads no more per edge than loading the
     stored value would (GAT's attention logits, (E, H, 1) from (N, H, 1) gathers, are
-    recomputed; a per-head dot product over gathered (E, H, F) features is stored)."""
+    recomputed; a per-head dot product over gathered (E, H, F) features is stored). An edge
+    value of the ancestry that is narrower than the recomputed one is read, not recomputed
+    (GAT's backward recomputes alpha * gathered gradient, (E, H, F), from the stored
+    (E, H, 1) attention instead of storing the product)."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
@@ -244,7 +247,8 @@ def _recompute_chain(op, owner, limit):
         if len(chain) > limit:
             return None
         if not isinstance(x, Gather):
-            stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None)
+            stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None
+                         and (a.size >= op.size or isinstance(a, Gather)))
             if any(a.scope == "e" and owner.get(a) is None and not isinstance(a, Gather)
                    for a in x.args):
                 return None

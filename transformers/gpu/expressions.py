@@ -158,6 +158,7 @@ class Block:
         self.lines = []
         self.cache = {}
         self.loop = None          # (edge id, graph, end, vertex, hoisting block) of a loop body
+        self.counter = None       # the variable of a counted loop whose body this is
 
     def child(self):
         return Block(self.params, self, self.indent + "    ")
@@ -173,6 +174,17 @@ class Block:
                 return block.loop
             block = block.parent
         return None
+
+    def hoistable(self, loop, coords):
+        """May a value at `coords` be computed before `loop`, the enclosing edge loop? Not
+        when a coordinate reads the edge id or a counter of a loop inside it."""
+        inner = {loop[0]}
+        block = self
+        while block is not None and block.loop is not loop:
+            if block.counter:
+                inner.add(block.counter)
+            block = block.parent
+        return not any(re.search(rf"\b{v}\b", c) for v in inner for c in coords)
 
     def edge_loop(self, graph, at, vertex, pre=None):
         """Opens a loop over the edges of `vertex` (its in-edges for at="dst"): returns the
@@ -286,7 +298,7 @@ class Block:
             (x,) = op.args
             loop = self._loop_of(coords[0])
             if loop and loop[1] is op.graph and loop[2] == op.by and \
-                    not any(loop[0] in c for c in coords[1:]):
+                    self.hoistable(loop, coords[1:]):
                 # Inside a loop over this vertex's edges: the gathered value is the
                 # vertex's own, computed once before the loop.
                 return loop[4].value(x, (loop[3],) + coords[1:])
@@ -352,6 +364,7 @@ class Block:
         else:
             self.emit(f"{t} {acc} = {literal(0, op.dtype)};")
         body = self.child()
+        body.counter = r
         value = f"(({t}){body.value(x, x_coords)})"
         body.emit(f"{acc} = {value} {better} {acc} ? {value} : {acc};" if isinstance(op, Max)
                   else f"{acc} += {value};")
@@ -369,8 +382,7 @@ class Block:
         loop over the same vertex the max and sum are computed once, before that loop."""
         eid, rest = coords[0], coords[1:]
         loop = self._loop_of(eid)
-        if loop and loop[1] is op.graph and loop[2] == op.at and \
-                not any(eid in c for c in rest):
+        if loop and loop[1] is op.graph and loop[2] == op.at and self.hoistable(loop, rest):
             vertex, outer = loop[3], loop[4]
         else:
             vertex, outer = self.end_vertex(op.graph, op.at, eid), self
