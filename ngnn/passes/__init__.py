@@ -5,7 +5,8 @@ from .cse import CSE
 from .fusion import FusedGroup, Fusion
 from .kernel_planning import KernelGroup, KernelPlanning
 from .operation_batching import OperationBatching
+from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching", "Fusion", "FusedGroup",
-           "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan"]
+           "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan", "RecomputeDropout"]

@@ -9,20 +9,21 @@ propagation). The plan keeps Fusion's decisions whole:
   - outside the groups, an op a kernel can evaluate per coordinate is inlined into the
     kernel that reads it when all its readers sit in that kernel: a chain of element-wise
     ops becomes one kernel (ngraph's ElementWiseKernel), a dense softmax reads its exp
-    chain from registers. Every other op is the root of a kernel of its own.
+    chain from registers; a sparse dropout is applied per stored value by every product
+    reading it. Every other op is the root of a kernel of its own.
 A Reshape nobody inlines is a view: same bytes, same order, no kernel.
 
 The pass replaces the steps of the computation by `KernelGroup`s (and plain ops for
 kernels that inline nothing), so BufferSharing plans the buffers the kernels read and write,
 and the IR shows exactly the kernels that run.
 """
-from ..op_graph import (Assign, Broadcast, Constant, DropoutMask, ElementWise, Gather, OneHot,
+from ..op_graph import (Assign, Broadcast, Constant, ElementWise, Gather, OneHot,
                         Placeholder, Reshape, Slice, Transpose, Variable)
 from .base import GraphPass
 from .fusion import FusedGroup
 
 # Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
-INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, DropoutMask, OneHot)
+INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
 LEAVES = (Placeholder, Variable, Constant)
 
 
@@ -111,6 +112,12 @@ def plan_kernels(steps, ops, results, inline=True):
         if op in kernel_of or op in recomputed or isinstance(op, LEAVES + (Assign,)):
             continue
         homes = set().union(*(computed_by.get(r, ()) for r in users[op]))
+        if op.is_sparse:            # a sparse dropout: applied per value by every reader
+            for home in homes:
+                home.inlined.add(op)
+            kernel_of[op] = next(iter(homes))
+            computed_by[op] = homes
+            continue
         if inline and op not in results and len(homes) == 1 and isinstance(op, INLINE_OPS) \
                 and all(r in computed_by for r in users[op]):
             (home,) = homes
