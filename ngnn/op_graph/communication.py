@@ -26,6 +26,9 @@ class Communication(Op):
         super().__init__([x], shape=x.shape if shape is None else shape, dtype=x.dtype,
                          scope=x.scope, name=name)
 
+    def printed_attrs(self):
+        return {k: v for k, v in self.attrs().items() if k != "graph"}
+
 
 class MirrorReduce(Communication):
     """out[master] = reduce(its row and its mirrors' rows on the other ranks), out[mirror]
