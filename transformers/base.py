@@ -8,6 +8,8 @@ plans memory and hands the ordered ops to the transformer, which sets `executor`
 Computations may be created at any time, before or after the first call: each one is
 transformed on first use, and variables it introduces are initialized then.
 """
+import difflib
+
 import numpy as np
 
 from ngnn.op_graph import Assign, Cast, Constant, Op, Placeholder, Variable, ordered_ops
@@ -224,19 +226,59 @@ def check_argument(placeholder, value, check_finite):
     return array
 
 
+BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "check_finite",
+                "debug_nans")
+
+
+def unknown_option_error(what, name, valid):
+    """A TypeError naming an unknown option, the closest valid one and all of them."""
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return TypeError(f"{what}: unknown option {name!r}{hint} Valid options: "
+                     f"{', '.join(sorted(valid))}")
+
+
+def check_passes(passes):
+    """The user's passes as a list of pass objects, or an error saying what was given."""
+    from ngnn.passes import GraphPass
+    if isinstance(passes, GraphPass) or isinstance(passes, type):
+        passes = [passes]
+    checked = []
+    for p in passes or []:
+        if isinstance(p, type) and issubclass(p, GraphPass):
+            raise TypeError(f"passes: got the class {p.__name__}; give an instance, "
+                            f"{p.__name__}()")
+        if not isinstance(p, GraphPass):
+            raise TypeError(f"passes: {p!r} is not a pass; a custom pass is an instance of a "
+                            "subclass of ngnn.passes.GraphPass or PeepholeGraphPass")
+        checked.append(p)
+    return checked
+
+
 class Transformer:
     """Options: passes=[...] appended to the pipeline; optimize=False skips the rewriting
     passes (SimplePrune, CSE), so the graph runs as traced; fusion=False turns fusion off;
     recompute=False stores every edge value the backward needs instead of recomputing it
     inside fused groups, max_recompute bounds the ops recomputed for one value;
-    check_finite=False skips the NaN/Inf check of arguments."""
+    check_finite=False skips the NaN/Inf check of arguments; debug_nans=True checks every
+    op's output as it runs and raises at the first NaN or Inf (docs/errors.md).
+    A transformer kind names its own further options in `extra_options`; any other name
+    is an error that suggests the closest valid one."""
 
     name = None
     computation_class = Computation
+    extra_options = ()
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
-                 max_recompute=16, check_finite=True, **options):
-        self.user_passes = list(passes or [])
+                 max_recompute=16, check_finite=True, debug_nans=False, **options):
+        valid = BASE_OPTIONS + tuple(self.extra_options)
+        for key in options:
+            if key not in valid:
+                raise unknown_option_error(f"make_transformer({self.name!r})", key, valid)
+        if not isinstance(max_recompute, (int, np.integer)) or max_recompute < 0:
+            raise ValueError(f"max_recompute must be a non-negative int, got {max_recompute!r}")
+        self.user_passes = check_passes(passes)
+        self.debug_nans = bool(debug_nans)
         self.optimize = optimize
         self.fusion = fusion
         self.recompute = recompute
