@@ -288,7 +288,7 @@ def main(argv=None):
         if hasattr(args, "model"):
             _fill_defaults(args)
         return args.func(args)
-    except (ValueError, RuntimeError, OSError, FloatingPointError) as err:
+    except (ValueError, RuntimeError, OSError, FloatingPointError, MemoryError) as err:
         print(f"ngnn {args.command}: error: {err}", file=sys.stderr)
         return 1
 

@@ -169,6 +169,40 @@ class Op:
         from .layout import Transpose
         return Transpose(self)
 
+    # ---- Python and NumPy constructs that need a value ---------------------------------
+    def __int__(self):
+        raise needs_value_error(self, "int(...)", "keep it a tensor: ng.cast(x, np.int64) "
+                                "converts element types")
+
+    def __float__(self):
+        raise needs_value_error(self, "float(...)", "keep it a tensor (ng.cast(x, np.float32) "
+                                "converts element types); plain numbers mix with tensors as is")
+
+    def __complex__(self):
+        raise needs_value_error(self, "complex(...)", "ngnn computes with real tensors")
+
+    def __index__(self):
+        raise needs_value_error(
+            self, "a Python integer index (range(...), indexing a list or tuple, ...)",
+            "write the loop or the selection as tensor ops: slicing x[i] with a Python int, "
+            "ng.one_hot / masks for a data-dependent choice, v.innbs to run over neighbours")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # An ndarray or NumPy scalar on the left of an operator (array * x) lands here.
+        operator = NUMPY_OPERATORS.get(ufunc.__name__)
+        if method == "__call__" and operator is not None and not kwargs and len(inputs) == 2:
+            cls_name, swap = operator
+            return _binary(cls_name, *(inputs[::-1] if swap else inputs))
+        name = ufunc.__name__
+        raise needs_value_error(self, f"np.{name}(...)",
+                                f"use the ngnn op (ng.{name} where it exists, e.g. ng.exp, "
+                                "ng.log, ng.maximum), which builds the computation")
+
+    def __array__(self, dtype=None, copy=None):
+        raise needs_value_error(self, "a NumPy array (np.asarray, np.array or a NumPy "
+                                "function)", "use ngnn ops on it, or run a computation to "
+                                "get its value")
+
     def __iter__(self):
         raise TypeError(f"cannot iterate over the tensor {self}: it is symbolic. Use "
                         "slicing, or iterate over v.innbs / v.inedges inside ng.zoomIn")
@@ -177,6 +211,25 @@ class Op:
         if not self.shape:
             raise TypeError(f"len() of the scalar tensor {self}")
         return self.shape[0]
+
+
+# ufunc name -> (op class, whether the arguments swap): what `array <op> x` means.
+NUMPY_OPERATORS = {"add": ("Add", False), "subtract": ("Subtract", False),
+                   "multiply": ("Multiply", False), "divide": ("Divide", False),
+                   "true_divide": ("Divide", False), "power": ("Power", False),
+                   "matmul": ("Dot", False), "greater": ("Greater", False),
+                   "greater_equal": ("GreaterEqual", False), "less": ("Greater", True),
+                   "less_equal": ("LessEqual", False)}
+
+
+def needs_value_error(op, construct, advice):
+    """The error for Python or NumPy code that needs a symbolic tensor's value: a
+    TracingError at the user's line inside ng.zoomIn, a TypeError elsewhere."""
+    from ..frontend.errors import TracingError, at_user_line
+    message = at_user_line(
+        f"{construct} on the symbolic tensor {op} needs its value, which exists only when "
+        f"the computation runs; {advice}")
+    return TracingError(message) if op.zoom is not None else TypeError(message)
 
 
 def _binary(cls_name, x, y):

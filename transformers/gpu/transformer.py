@@ -10,6 +10,7 @@ Layout ops: a Reshape that is not fused is a view (same buffer, same row-major o
 Transpose, Broadcast and Slice never get storage of their own unless they are results:
 their readers index through them.
 """
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -31,23 +32,71 @@ def shared_runtime(name):
     return get_runtime(name)
 
 
-_programs = {}     # (runtime name, source) -> {kernel name: runtime Kernel}
-# Every computation's kernels, so tests can compile each kernel this process produced for
-# the dialect it did not run in (tests/test_nvcc_all_kernels.py).
-generated_kernels = []
+class BoundedCache(OrderedDict):
+    """A dict that keeps its `limit` most recently stored or used entries, so a process
+    that builds transformer after transformer does not grow without bound."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+    def remember(self, key, make):
+        if key in self:
+            self.move_to_end(key)
+        else:
+            self[key] = make()
+            while len(self) > self.limit:
+                self.popitem(last=False)
+        return self[key]
+
+
+_programs = BoundedCache(256)     # (runtime name, source) -> {kernel name: runtime Kernel}
+# The distinct kernels generated in this process, so tests can compile each one for the
+# dialect it did not run in (tests/test_nvcc_all_kernels.py).
+generated_kernels = BoundedCache(50000)
 
 
 def build_program(runtime, source, names):
-    key = (runtime.name, source)
-    if key not in _programs:
-        _programs[key] = runtime.build(source, names)
-    return _programs[key]
+    return _programs.remember((runtime.name, source), lambda: runtime.build(source, names))
+
+
+def record_kernels(kernels):
+    for k in kernels:
+        key = (k.template, k.signature, tuple(sorted(k.fields.items())))
+        generated_kernels.remember(key, lambda: k)
+
+
+class DeviceMemoryError(MemoryError):
+    """A computation needs more device memory than the device has or allows at once."""
 
 
 class GPUDeviceBufferStorage(DeviceBufferStorage):
     def allocate(self):
         self.buffer = self.transformer.runtime.alloc(self.nbytes)
+        self.transformer.storages.append(self)
         return self.buffer
+
+
+def check_device_memory(runtime, requests, in_use):
+    """Raises DeviceMemoryError, naming the tensor, the bytes it needs and the limit, when
+    the allocations `requests` ((what, bytes) pairs) would exceed the device's largest
+    allocation or, with the `in_use` bytes already held, its memory. Checked before
+    allocating: drivers answer an oversized request with a bare status code or abort."""
+    total, largest = runtime.memory_limits()
+    for what, nbytes in requests:
+        if nbytes > largest:
+            raise DeviceMemoryError(
+                f"{what} needs {nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than the "
+                f"largest single allocation the device {runtime.device_name!r} allows "
+                f"({largest} bytes, {largest / 2**30:.2f} GiB)")
+    need = sum(nbytes for _, nbytes in requests)
+    if need + in_use > total:
+        what, nbytes = max(requests, key=lambda r: r[1])
+        raise DeviceMemoryError(
+            f"the computation needs {need} bytes of device memory ({need / 2**30:.2f} GiB; "
+            f"the largest is {what}, {nbytes} bytes) on top of {in_use} bytes in use, more "
+            f"than the {total} bytes ({total / 2**30:.2f} GiB) of the device "
+            f"{runtime.device_name!r}")
 
 
 class GPUDeviceTensor(DeviceTensor):
@@ -73,6 +122,9 @@ class GPUDeviceTensor(DeviceTensor):
 
 def new_tensor(transformer, shape, dtype, name):
     dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    check_device_memory(transformer.runtime, [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
+                        sum(storage.nbytes for storage in transformer.storages))
     storage = GPUDeviceBufferStorage(transformer, int(np.prod(shape, dtype=np.int64)) *
                                      dtype.itemsize, name)
     storage.allocate()
@@ -150,6 +202,7 @@ class GPUTransformer(Transformer):
         self.runtime = shared_runtime(runtime) if runtime is not None else get_runtime()
         self.constant_tensors = {}
         self.graph_tensors = {}
+        self.storages = []       # every allocation, freed by close()
 
     def is_view(self, op):
         return isinstance(op, Reshape)
@@ -179,6 +232,36 @@ class GPUTransformer(Transformer):
             self.graph_tensors[key].set(array.astype(np.int32))
         return self.graph_tensors[key]
 
+    def allocation_requests(self, computation, kernels, memory):
+        """(what, bytes) of every allocation the computation is about to make."""
+        plan = computation.kernel_plan
+        held = {}
+        for op, slot in memory.slots.items():
+            held.setdefault(slot, []).append(op)
+        requests = [(f"the intermediate buffer of {', '.join(map(str, held.get(i, [])))}",
+                     nbytes) for i, nbytes in enumerate(memory.buffer_bytes)]
+        requests += [(f"placeholder {p}", p.nbytes) for p in computation.parameters]
+        leaves = {plan.base(t) for k in kernels for t in k.inputs}
+        requests += [(f"variable {v}", v.nbytes) for v in computation.variables
+                     if v not in self.variable_tensors]
+        requests += [(f"constant {c}", c.nbytes) for c in leaves
+                     if isinstance(c, Constant) and c not in self.constant_tensors]
+        graphs = {b[1:] for k in kernels for b in k.bindings if b[0] == "graph"}
+        requests += [(f"the graph's {attribute}", 4 * np.asarray(getattr(graph, attribute)).size)
+                     for graph, attribute in graphs if (graph, attribute) not in self.graph_tensors]
+        return requests
+
+    def close(self):
+        """Frees every device buffer of this transformer now."""
+        if not self.closed:
+            for storage in self.storages:
+                self.runtime.free(storage.buffer)
+            self.storages = []
+            self.variable_tensors, self.constant_tensors, self.graph_tensors = {}, {}, {}
+            for comp in self.computations:
+                comp.executor = None
+        super().close()
+
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
         generator = GPUKernelGenerator(plan)
@@ -187,6 +270,8 @@ class GPUTransformer(Transformer):
         memory = plan_memory(plan, {k.op: k.inputs for k in kernels}, computation.results,
                              [a.args[1] for a in assigns])
         computation.memory_plan = memory
+        check_device_memory(self.runtime, self.allocation_requests(computation, kernels, memory),
+                            sum(storage.nbytes for storage in self.storages))
         buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
                    for i, nbytes in enumerate(memory.buffer_bytes)]
         for storage in buffers:
@@ -208,7 +293,7 @@ class GPUTransformer(Transformer):
                 tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
             return tensor.view(op.shape)
 
-        generated_kernels.append(kernels)
+        record_kernels(kernels)
         source = render_program(kernels, self.runtime.dialect)
         built = build_program(self.runtime, source, [k.name for k in kernels])
         launches = []

@@ -6,6 +6,7 @@ one or a few NumPy/SciPy statements per op, each writing into its planned view w
 `out=`. So the memory plan is the memory really used.
 """
 import linecache
+import weakref
 
 import numpy as np
 
@@ -52,13 +53,24 @@ class NumPyTransformer(Transformer):
         storage.allocate()
         return NumPyDeviceTensor(storage, 0, variable.shape, variable.dtype)
 
+    def close(self):
+        """Drops every buffer, generated module and linecache entry of this transformer."""
+        for comp in self.computations:
+            linecache.cache.pop(getattr(comp, "source_file", None), None)
+            comp.executor, comp.buffers = None, None
+        self.variable_tensors = {}
+        super().close()
+
     def transform_ordered_ops(self, computation):
         module = ModuleWriter(computation, self.options.get('fusion_block_bytes',
                                                                DEFAULT_BLOCK_BYTES))
         source = module.render()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
-        # Registered so tracebacks through generated code show its lines.
+        # Registered so tracebacks through generated code show its lines, and dropped with
+        # the computation (or when the transformer closes).
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        computation.source_file = filename
+        weakref.finalize(computation, linecache.cache.pop, filename, None)
         namespace = {}
         exec(compile(source, filename, "exec"), namespace)
         buffers = []
