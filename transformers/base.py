@@ -14,6 +14,7 @@ import numpy as np
 
 from ngnn.op_graph import Assign, Cast, Constant, Op, Placeholder, Variable, ordered_ops
 from ngnn.op_graph.printer import IRNames, format_ir
+from ngnn.origin import built_for
 
 
 class DeviceBufferStorage:
@@ -93,11 +94,13 @@ class Computation:
             return
         from ngnn.frontend import lower_zoom_outs
         self._record("Trace")
-        lower_zoom_outs(self._results)
-        for graph_pass in self.transformer.graph_passes():
-            graph_pass.do_pass(self)
-            self._record(type(graph_pass).__name__)
-        self._snapshot_assigned_variables()
+        # Ops the passes build take the origin of the ops they replace (Op.forward).
+        with built_for(None):
+            lower_zoom_outs(self._results)
+            for graph_pass in self.transformer.graph_passes():
+                graph_pass.do_pass(self)
+                self._record(type(graph_pass).__name__)
+            self._snapshot_assigned_variables()
         self.ordered_ops = ordered_ops(self.results)
         self._check_parameters()
         self.steps = list(self.ordered_ops)     # ops and fused groups, in execution order
@@ -304,7 +307,7 @@ class Transformer:
 
     def fusion_passes(self):
         from ngnn.passes import Fusion
-        if not self.fusion:
+        if not self.fusion or self.debug_nans:    # the NaN finder checks every op's output
             return []
         return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute)]
 
@@ -347,7 +350,7 @@ class Transformer:
             not self.is_view(op)
 
     def inplace_ok(self, op):
-        return True
+        return not self.debug_nans     # the NaN finder reports the inputs after the op
 
     def format_ir(self, computation):
         return computation._format_ir(computation.steps)
@@ -367,8 +370,21 @@ class Transformer:
         return self.variable_tensors[variable].get()
 
     def set_variable(self, variable, value):
+        """Writes `value` (of the variable's shape, or a scalar) to the variable."""
+        if not isinstance(variable, Variable):
+            raise TypeError(f"set_variable: expected an ngnn variable, got {variable!r}")
+        value = np.asarray(value)
+        if value.shape not in ((), variable.shape):
+            raise ValueError(f"set_variable: variable {variable.name or variable!r} has shape "
+                             f"{variable.shape}, got a value of shape {value.shape}")
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"set_variable: variable {variable.name or variable!r} holds "
+                            f"{variable.dtype} numbers, got a value of dtype {value.dtype}")
         self.initialize()
-        self.variable_tensors[variable].set(np.asarray(value))
+        if variable not in self.variable_tensors:
+            raise KeyError(f"set_variable: variable {variable.name!r} is not used by any "
+                           "computation of this transformer")
+        self.variable_tensors[variable].set(value)
 
     def close(self):
         self.closed = True

@@ -9,6 +9,7 @@ the other end), and an aggregation over a vertex's edges is an Aggregate at that
 from ..op_graph import (Aggregate, Broadcast, Constant, Dot, DropoutMask, ElementWise, Gather,
                         ordered_ops)
 from ..op_graph.layout import reshape_to
+from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
 from .tracing import LocalAggregate, LocalDegree, LocalFeature, ZoomOut
 
@@ -40,7 +41,8 @@ class Lowering:
     def lower(self, root):
         for op in ordered_ops([root]):
             if op.scope in LOCAL_SCOPES and op not in self.home:
-                self.home[op] = self.lower_op(op)
+                with built_for(op.origin):
+                    self.home[op] = self.lower_op(op)
         return self.home[root]
 
     def rows(self, scope):

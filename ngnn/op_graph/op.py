@@ -9,6 +9,8 @@ import itertools
 
 import numpy as np
 
+from ..origin import creation_site
+
 from .scopes import combine_scopes
 
 _op_ids = itertools.count()
@@ -50,10 +52,31 @@ class Op:
             zoom = next((a.zoom for a in self._args if a.zoom is not None), None)
         self.scope = scope
         self.zoom = zoom      # the zoomIn context of a traced per-vertex value, else None
-        self.forward = None
+        self._forward = None
+        self.origin = creation_site()     # (file, line) that built it, for run-time errors
         self.id = next(_op_ids)
 
     # ---- graph structure -------------------------------------------------------------
+    @property
+    def forward(self):
+        """The op that replaces this one (set by passes), or None."""
+        return self._forward
+
+    @forward.setter
+    def forward(self, replacement):
+        # Checked here, where a pass sets it, so a wrong replacement is reported by the
+        # pass that made it rather than as a crash in a later pass or in generated code.
+        if replacement is not None:
+            if not isinstance(replacement, Op):
+                raise TypeError(f"{self}.forward must be an ngnn op, got {replacement!r}")
+            if replacement.shape != self.shape or replacement.dtype != self.dtype:
+                raise ShapeError(
+                    f"cannot replace {self} by {replacement}: a replacement must have the same "
+                    f"shape and dtype (PeepholeGraphPass.replace_op broadcasts and casts it)")
+            if replacement.origin is None:
+                replacement.origin = self.origin
+        self._forward = replacement
+
     @property
     def args(self):
         return tuple(a.forwarded for a in self._args)
@@ -61,8 +84,8 @@ class Op:
     @property
     def forwarded(self):
         op = self
-        while op.forward is not None:
-            op = op.forward
+        while op._forward is not None:
+            op = op._forward
         return op
 
     def attrs(self):

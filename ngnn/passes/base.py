@@ -24,7 +24,24 @@ class GraphPass:
 visit = on_type
 
 
-class PeepholeGraphPass(GraphPass, TypeDispatched):
+class PassType(type):
+    """Puts `visit` in every peephole pass's class body. A class body looks a name it also
+    assigns (`visit`, rebound by each decorated method) up in its own namespace and then
+    the module's globals, skipping the locals of an enclosing function, so
+    `from ngnn.passes import visit` inside a function would not reach `@visit.on_type`.
+    Preparing the namespace makes API.md's example work wherever it is written."""
+
+    @classmethod
+    def __prepare__(mcs, name, bases, **kwargs):
+        return {"visit": visit}
+
+    def __new__(mcs, name, bases, namespace, **kwargs):
+        if namespace.get("visit") is visit:
+            del namespace["visit"]        # no visit methods here: keep the parent's
+        return super().__new__(mcs, name, bases, dict(namespace), **kwargs)
+
+
+class PeepholeGraphPass(GraphPass, TypeDispatched, metaclass=PassType):
     """Visits every op (arguments first) and replaces ops, until nothing changes."""
 
     max_rounds = 50

@@ -78,7 +78,10 @@ def plan_kernels(ops, results, fuse=True):
             continue
         readers = users[op]
         root = kernel_of.get(readers[0]) if readers else None
-        if fuse and op not in results and root is not None and \
+        # Class ids a one-hot reads are stored: the executor range-checks them after the
+        # launches, as the NumPy transformer does for every computed label.
+        labels = any(isinstance(r, OneHot) for r in readers)
+        if fuse and op not in results and root is not None and not labels and \
                 all(kernel_of.get(r) is root for r in readers) and \
                 fusable_into(op, readers, root, edge_loops):
             inline.add(op)

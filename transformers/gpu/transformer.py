@@ -18,6 +18,7 @@ import numpy as np
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
 
 from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
+from ..debug_nans import check_finite
 from .kernels import GPUKernelGenerator
 from .planning import KernelPlanning, plan_memory
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
@@ -146,25 +147,35 @@ class GPUKernelGroup:
     call number."""
 
     def __init__(self, transformer, kernels, launches, parameters, results, deferred,
-                 label_checks):
+                 label_checks, nan_checks=None):
         self.transformer = transformer
         self.kernels = kernels
         self.launches = launches            # (runtime kernel, global, local, bound args)
         self.parameters = parameters        # DeviceTensors, in call order
         self.results = results              # DeviceTensors to download
         self.deferred = deferred            # (value tensor, variable tensor)
-        self.label_checks = label_checks    # (parameter index, number of classes)
+        self.label_checks = label_checks    # (parameter index or DeviceTensor, classes)
+        # With debug_nans, per launch: (op, output tensor, argument tensors).
+        self.nan_checks = nan_checks
 
     def __call__(self, *args):
         *values, step = args
         runtime = self.transformer.runtime
-        for index, classes in self.label_checks:
-            check_labels(values[index], classes)
+        for source, classes in self.label_checks:
+            if isinstance(source, int):       # a parameter: checked before the upload
+                check_labels(values[source], classes)
         for tensor, value in zip(self.parameters, values):
             tensor.set(value)
-        for kernel, global_size, local_size, bound in self.launches:
+        for i, (kernel, global_size, local_size, bound) in enumerate(self.launches):
             call_args = [np.uint32(step) if a is None else a for a in bound]
             runtime.launch(kernel, global_size, local_size, call_args)
+            if self.nan_checks is not None:
+                op, out, inputs = self.nan_checks[i]
+                if op.dtype.kind == "f":
+                    check_finite(op, out.get(), [t.get() for t in inputs])
+        for source, classes in self.label_checks:
+            if not isinstance(source, int):   # computed labels: before assignments land
+                check_labels(source.get(), classes)
         # Assignments land after every kernel, so every read saw the old values; a variable
         # among the results then reads as its new value, as on the NumPy transformer.
         for value, variable in self.deferred:
@@ -211,7 +222,7 @@ class GPUTransformer(Transformer):
         # Fusion only records its groups here (comp.fusion_groups, shown in the IR): the
         # kernel plan fuses by itself, through index expressions; fusion=False gives one
         # kernel per op.
-        return self.fusion_passes() + [KernelPlanning(fuse=self.fusion)]
+        return self.fusion_passes() + [KernelPlanning(fuse=self.fusion and not self.debug_nans)]
 
     def allocate_variable(self, variable):
         return new_tensor(self, variable.shape, variable.dtype, variable.name)
@@ -267,8 +278,10 @@ class GPUTransformer(Transformer):
         generator = GPUKernelGenerator(plan)
         kernels = [generator.generate(root) for root in plan.kernels]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
-        memory = plan_memory(plan, {k.op: k.inputs for k in kernels}, computation.results,
-                             [a.args[1] for a in assigns])
+        labels = [op.args[0] for op in computation.ordered_ops if isinstance(op, OneHot)]
+        # Computed labels are read after the last kernel, like results.
+        memory = plan_memory(plan, {k.op: k.inputs for k in kernels},
+                             list(computation.results) + labels, [a.args[1] for a in assigns])
         computation.memory_plan = memory
         check_device_memory(self.runtime, self.allocation_requests(computation, kernels, memory),
                             sum(storage.nbytes for storage in self.storages))
@@ -296,10 +309,12 @@ class GPUTransformer(Transformer):
         record_kernels(kernels)
         source = render_program(kernels, self.runtime.dialect)
         built = build_program(self.runtime, source, [k.name for k in kernels])
-        launches = []
+        launches, nan_checks = [], []
         for k in kernels:
             if not all(k.global_size):
                 continue              # an empty tensor: nothing to compute
+            if self.debug_nans:
+                nan_checks.append((k.op, tensor_of(k.op), [tensor_of(a) for a in k.op.args]))
             bound = []
             for binding in k.bindings:
                 if binding[0] in ("out", "tensor"):
@@ -309,12 +324,13 @@ class GPUTransformer(Transformer):
                 else:
                     bound.append(None)      # the call number, known at launch
             launches.append((built[k.name], k.global_size, k.local_size, bound))
-        label_checks = [(computation.parameters.index(op.args[0]), op.num_classes)
-                        for op in computation.ordered_ops
-                        if isinstance(op, OneHot) and op.args[0] in placeholders]
+        label_checks = [(computation.parameters.index(op.args[0])
+                         if op.args[0] in placeholders else tensor_of(op.args[0]),
+                         op.num_classes)
+                        for op in computation.ordered_ops if isinstance(op, OneHot)]
         computation.executor = GPUKernelGroup(
             self, kernels, launches, [placeholders[p] for p in computation.parameters],
             [tensor_of(r) for r in computation.results],
             [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns],
-            label_checks)
+            label_checks, nan_checks if self.debug_nans else None)
         computation._source = source

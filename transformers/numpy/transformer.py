@@ -1,6 +1,6 @@
 """The NumPy transformer: each computation becomes one generated Python module.
 
-The module's `bind(buffers, variables, constants, graphs)` makes a tensor view for every
+The module's `bind(buffers, variables, constants, graphs, ops)` makes a tensor view for every
 intermediate (where the memory plan put it) and returns the step function, whose body is
 one or a few NumPy/SciPy statements per op, each writing into its planned view with
 `out=`. So the memory plan is the memory really used.
@@ -63,7 +63,8 @@ class NumPyTransformer(Transformer):
 
     def transform_ordered_ops(self, computation):
         module = ModuleWriter(computation, self.options.get('fusion_block_bytes',
-                                                               DEFAULT_BLOCK_BYTES))
+                                                               DEFAULT_BLOCK_BYTES),
+                              self.debug_nans)
         source = module.render()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
@@ -80,16 +81,18 @@ class NumPyTransformer(Transformer):
         variables = [self.variable_tensor(v).array for v in module.variables]
         computation.buffers = buffers
         computation.executor = namespace["bind"](buffers, variables, module.constants,
-                                                 module.graphs)
+                                                 module.graphs, module.checked_ops)
         computation._source = source
 
 
 class ModuleWriter:
     """Renders one computation as a Python module."""
 
-    def __init__(self, computation, block_bytes):
+    def __init__(self, computation, block_bytes, debug_nans=False):
         self.comp = computation
         self.block_bytes = block_bytes
+        self.debug_nans = debug_nans
+        self.checked_ops = []       # ops whose outputs the NaN finder checks (`ops[i]`)
         self.plan = computation.memory_plan
         self.names = {}
         # Every tensor name starts with "t_", which no name of the generator's own does.
@@ -126,7 +129,7 @@ class ModuleWriter:
                  "import scipy.special",
                  "from ngnn.transformers.numpy import kernels as K",
                  "", "",
-                 "def bind(buffers, variables, constants, graphs):"]
+                 "def bind(buffers, variables, constants, graphs, ops):"]
         lines += ["    " + line for line in self.bind_lines]
         lines += ["", f"    def {function}({', '.join(params)}):"]
         lines += ["        " + line for line in self.body + self.deferred]
@@ -177,3 +180,7 @@ class ModuleWriter:
         statements = self.codegen.generate_op(op, name, args)
         statements[-1] += comment
         self.body.extend(statements)
+        if self.debug_nans and not isinstance(op, VIEW_OPS):
+            self.checked_ops.append(op)
+            self.body.append(f"K.check_finite(ops[{len(self.checked_ops) - 1}], {name}, "
+                             f"({''.join(a + ', ' for a in args)}))")
