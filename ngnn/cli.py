@@ -204,7 +204,7 @@ def real(low, high=float("inf"), low_open=False, high_open=True):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if value < low or (low_open and value == low) or value > high or \
                 (high_open and value == high):
-            interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
             raise argparse.ArgumentTypeError(f"must be in {interval}, got {text}")
         return value
     parse.__name__ = "number"

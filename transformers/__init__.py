@@ -35,7 +35,7 @@ def transformer_choices():
 def make_transformer(name="numpy", **options):
     """A new transformer by name, e.g. make_transformer("gpu", runtime="opencl")."""
     if name not in _FACTORIES:
-        close = difflib.get_close_matches(str(name), list(_FACTORIES), n=1)
+        close = difflib.get_close_matches(str(name).lower(), list(_FACTORIES), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown transformer {name!r}{hint}; choose from {sorted(_FACTORIES)}")
     return _FACTORIES[name]()(**options)

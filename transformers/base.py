@@ -235,7 +235,7 @@ BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "c
 
 def unknown_option_error(what, name, valid):
     """A TypeError naming an unknown option, the closest valid one and all of them."""
-    close = difflib.get_close_matches(name, valid, n=1)
+    close = difflib.get_close_matches(str(name).lower(), valid, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return TypeError(f"{what}: unknown option {name!r}{hint} Valid options: "
                      f"{', '.join(sorted(valid))}")

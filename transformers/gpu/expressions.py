@@ -62,7 +62,7 @@ def extreme(dtype, largest):
 def keeps_nan(x, better, acc):
     """C for the better of `x` and `acc` by `better` (">" or "<"), NaN winning as in NumPy's
     maximum and minimum (a bare comparison would drop a NaN `x`)."""
-    return f"({x} {better} {acc} || {x} != {x} ? {x} : {acc})"
+    return f"((({x} {better} {acc}) | ({x} != {x})) ? {x} : {acc})"
 
 
 def in_precision(expr, dtype):
