@@ -217,6 +217,10 @@ class Op:
             cls_name, swap = operator
             return _binary(cls_name, *(inputs[::-1] if swap else inputs))
         name = ufunc.__name__
+        if method != "__call__":      # np.sum(x) is np.add.reduce(x), np.max np.maximum's
+            raise needs_value_error(self, f"np.{name}.{method}(...) (what np.sum, np.max and "
+                                    "similar functions call)", "use ng.sum, ng.max, ng.min or "
+                                    "ng.mean, which build the computation")
         raise needs_value_error(self, f"np.{name}(...)",
                                 f"use the ngnn op (ng.{name} where it exists, e.g. ng.exp, "
                                 "ng.log, ng.maximum), which builds the computation")
