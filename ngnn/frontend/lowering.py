@@ -53,7 +53,7 @@ class Lowering:
             return op.args[0]
         g = self.graph
         if isinstance(op, LocalDegree):
-            new = Constant(op.degrees().astype(op.dtype))
+            new = Constant(op.degrees(), dtype=op.dtype)
         elif isinstance(op, LocalAggregate):
             at = ENDS[op.over][0]
             new = Aggregate(self.on_edges(op.args[0], op.over), g, at=at, reduce=op.reduce)
