@@ -173,15 +173,15 @@ def test_a_chain_of_1500_elementwise_ops(transformer_factory):
     np.testing.assert_allclose(out, expected, rtol=1e-4)
 
 
-def test_the_gradient_of_a_chain_of_40_ops(transformer_factory):
+def test_the_gradient_of_a_chain_of_20_ops(transformer_factory):
     x = ng.placeholder((4,), name="x")
     y = x
-    for _ in range(40):
+    for _ in range(20):
         y = ng.tanh(y) * 1.5 + 0.1
     comp = transformer_factory().computation([y, ng.grad(ng.sum(y), x)], x)
     values = np.linspace(-1, 1, 4).astype(np.float32)
     expected, slope = values.astype(np.float64), np.ones(4)
-    for _ in range(40):
+    for _ in range(20):
         slope *= 1.5 * (1 - np.tanh(expected) ** 2)
         expected = np.tanh(expected) * 1.5 + 0.1
     out, grad = comp(values)
