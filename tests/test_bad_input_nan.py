@@ -81,6 +81,16 @@ def test_softmax_of_a_row_with_nan_is_nan(transformer_factory):
     np.testing.assert_array_equal(np.isnan(out).any(axis=1), np.isnan(NAN_ROW).any(axis=1))
 
 
+def test_edge_softmax_with_a_nan_edge(transformer_factory):
+    g = ng.Graph.from_edges(SRC, DST, num_nodes=4)
+    e = ng.placeholder((5, 1), name="e")
+    comp = unchecked(transformer_factory).computation(ng.edge_softmax(g, e), e)
+    out = comp(np.array([[0.0], [1.0], [np.nan], [2.0], [3.0]], np.float32))
+    # Edge 2 (2 -> 3) is NaN: every in-edge of vertex 3 (edges 2 and 4) is NaN, others are not.
+    np.testing.assert_array_equal(np.isnan(out[:, 0]), [False, False, True, False, True])
+    np.testing.assert_allclose([out[1, 0], out[0, 0] + out[3, 0]], [1.0, 1.0], rtol=1e-6)
+
+
 # ---- the NaN finder ---------------------------------------------------------------------------
 
 def test_debug_nans_names_the_first_op_its_line_and_input_ranges(transformer_factory):
