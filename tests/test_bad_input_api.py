@@ -23,13 +23,13 @@ from ngnn.train import Trainer, accuracy
     ("max_recomputes", "max_recompute"), ("pass", "passes"), ("debugnans", "debug_nans"),
 ])
 def test_misspelled_options_raise_and_suggest(transformer_factory, typo, suggestion):
-    with pytest.raises(TypeError, match=rf"unknown option {typo!r}; did you mean "
-                                        rf"{suggestion!r}\?.*Valid options: .*fusion"):
+    with pytest.raises(TypeError, match=rf"unknown option {typo!r} \(did you mean "
+                                        rf"{suggestion!r}\?\); valid options: .*fusion"):
         transformer_factory(**{typo: False})
 
 
 def test_an_unrelated_option_lists_the_valid_ones(transformer_factory):
-    with pytest.raises(TypeError, match=r"unknown option 'colour'.*Valid options: "
+    with pytest.raises(TypeError, match=r"unknown option 'colour'; valid options: "
                                         r"check_finite, debug_nans"):
         transformer_factory(colour="red")
 

@@ -212,6 +212,11 @@ def test_a_closed_transformer_refuses_calls(transformer_factory):
         comp(np.ones(2, np.float32))
     with pytest.raises(RuntimeError, match="the transformer is closed"):
         t.computation(x, x)
+    w = ng.variable((2,), name="w")
+    with pytest.raises(RuntimeError, match="the transformer is closed"):
+        t.set_variable(w, np.zeros(2))
+    with pytest.raises(RuntimeError, match="the transformer is closed"):
+        t.variable_value(w)
 
 
 @needs_gpu

@@ -269,8 +269,8 @@ BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "c
 def unknown_option_error(what, name, valid):
     """A TypeError naming an unknown option, the closest valid one and all of them."""
     close = difflib.get_close_matches(str(name).lower(), valid, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return TypeError(f"{what}: unknown option {name!r}{hint} Valid options: "
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return TypeError(f"{what}: unknown option {name!r}{hint}; valid options: "
                      f"{', '.join(sorted(valid))}")
 
 
@@ -354,6 +354,8 @@ class Transformer:
     def initialize(self):
         """Transform every computation, then run the init computation: it writes the
         initial value of every variable not initialized yet."""
+        if self.closed:
+            raise RuntimeError("the transformer is closed")
         for comp in self.computations:
             comp.transform()
         new = [v for comp in self.computations for v in comp.variables

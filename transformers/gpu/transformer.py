@@ -126,8 +126,7 @@ def new_tensor(transformer, shape, dtype, name):
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     check_device_memory(transformer.runtime, [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
                         sum(storage.nbytes for storage in transformer.storages))
-    storage = GPUDeviceBufferStorage(transformer, int(np.prod(shape, dtype=np.int64)) *
-                                     dtype.itemsize, name)
+    storage = GPUDeviceBufferStorage(transformer, nbytes, name)
     storage.allocate()
     return GPUDeviceTensor(storage, 0, shape, dtype)
 

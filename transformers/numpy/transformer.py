@@ -82,7 +82,18 @@ class NumPyTransformer(Transformer):
         computation.buffers = buffers
         computation.executor = namespace["bind"](buffers, variables, module.constants,
                                                  module.graphs, module.checked_ops)
+        if self.debug_nans:
+            computation.executor = without_float_warnings(computation.executor)
         computation._source = source
+
+
+def without_float_warnings(executor):
+    """NumPy's overflow and invalid-value warnings, silenced where the NaN finder reports
+    the first non-finite value itself, with the op, its line and its inputs."""
+    def run(*args):
+        with np.errstate(all="ignore"):
+            return executor(*args)
+    return run
 
 
 class ModuleWriter:
