@@ -147,6 +147,15 @@ def test_more_than_the_device_memory_in_total(small_device):
         comp(*[np.zeros((250, 250), np.float32)] * 5)
 
 
+def test_an_intermediate_larger_than_the_machine(transformer_factory):
+    a = ng.placeholder((1 << 20, 1), name="a")
+    b = ng.placeholder((1, 1 << 20), name="b")
+    comp = transformer_factory().computation(ng.sum(ng.exp(ng.dot(a, b))), a, b)
+    with pytest.raises(MemoryError, match=r"the intermediate buffer of <Dot \[1048576, 1048576\] "
+                                          r"float32>.* needs 4398046511104 bytes"):
+        comp.transform()
+
+
 @needs_gpu
 def test_the_real_device_limit_is_checked():
     t = ngt.make_transformer("gpu")

@@ -53,6 +53,13 @@ class DeviceTensor:
         raise TypeError(f"{type(self).__name__} must implement set()")
 
 
+def buffer_holding(memory, slot):
+    """'the intermediate buffer of <op>, ...': what a memory plan's buffer holds, for errors."""
+    held = [op for op, s in memory.slots.items() if s == slot]
+    more = f" and {len(held) - 3} more" if len(held) > 3 else ""
+    return f"the intermediate buffer of {', '.join(map(str, held[:3]))}{more}"
+
+
 def _contiguous_strides(shape, itemsize):
     strides, step = [], itemsize
     for dim in reversed(shape):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
 
-from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
+from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
 from ..debug_nans import check_finite
 from .kernels import GPUKernelGenerator
 from .planning import KernelPlanning, plan_memory
@@ -245,11 +245,8 @@ class GPUTransformer(Transformer):
     def allocation_requests(self, computation, kernels, memory):
         """(what, bytes) of every allocation the computation is about to make."""
         plan = computation.kernel_plan
-        held = {}
-        for op, slot in memory.slots.items():
-            held.setdefault(slot, []).append(op)
-        requests = [(f"the intermediate buffer of {', '.join(map(str, held.get(i, [])))}",
-                     nbytes) for i, nbytes in enumerate(memory.buffer_bytes)]
+        requests = [(buffer_holding(memory, i), nbytes)
+                     for i, nbytes in enumerate(memory.buffer_bytes)]
         requests += [(f"placeholder {p}", p.nbytes) for p in computation.parameters]
         leaves = {plan.base(t) for k in kernels for t in k.inputs}
         requests += [(f"variable {v}", v.nbytes) for v in computation.variables

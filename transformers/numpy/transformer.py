@@ -15,7 +15,7 @@ from ngnn.passes import FusedGroup
 from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Slice, Transpose,
                            Variable)
 
-from ..base import DeviceBufferStorage, DeviceTensor, Transformer
+from ..base import DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
 from .codegen import NumPyCodeGenerator, literal
 from .fused import DEFAULT_BLOCK_BYTES, FusedGroupWriter
 
@@ -77,7 +77,12 @@ class NumPyTransformer(Transformer):
         buffers = []
         for i, nbytes in enumerate(computation.memory_plan.buffer_bytes):
             storage = NumPyDeviceBufferStorage(self, nbytes, f"buffer{i}")
-            buffers.append(storage.allocate())
+            try:
+                buffers.append(storage.allocate())
+            except MemoryError:
+                raise MemoryError(f"{buffer_holding(computation.memory_plan, i)} needs "
+                                  f"{nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than this "
+                                  "machine can allocate") from None
         variables = [self.variable_tensor(v).array for v in module.variables]
         computation.buffers = buffers
         computation.executor = namespace["bind"](buffers, variables, module.constants,
