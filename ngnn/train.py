@@ -134,7 +134,7 @@ class Trainer:
             logits = self.predict()
             val_acc = accuracy(logits, labels, val_mask, "val_mask")
             val_loss = cross_entropy(logits, labels, val_mask)
-            train_acc = accuracy(logits, labels, self.data.train_mask)
+            train_acc = accuracy(logits, labels, self.data.train_mask, "train_mask")
             self.history.append({"epoch": epoch, "loss": loss, "train_acc": train_acc,
                                  "val_acc": val_acc, "val_loss": val_loss,
                                  "step_time": step_time,

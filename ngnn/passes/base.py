@@ -25,9 +25,9 @@ visit = on_type
 
 
 class PassType(type):
-    """Puts `visit` in every peephole pass's class body. A class body looks a name it also
-    assigns (`visit`, rebound by each decorated method) up in its own namespace and then
-    the module's globals, skipping the locals of an enclosing function, so
+    """Puts `visit` in every peephole pass's class body. A class body resolves a name it
+    also assigns (`visit`, rebound by each decorated method) in its own namespace and then
+    in the module's globals, never in an enclosing function's locals, so
     `from ngnn.passes import visit` inside a function would not reach `@visit.on_type`.
     Preparing the namespace makes API.md's example work wherever it is written."""
 
