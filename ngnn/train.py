@@ -31,13 +31,14 @@ STEPS = "trainer/steps"      # checkpoint entry: training steps taken
 SPARSE_DENSITY = 0.1
 
 
-def accuracy(logits, labels, mask=None):
-    """Share of the (masked) rows whose arg-max logit is the label."""
+def accuracy(logits, labels, mask=None, mask_name="mask"):
+    """Share of the (masked) rows whose arg-max logit is the label; `mask_name` names the
+    mask in the error raised when it selects no rows."""
     correct = np.asarray(logits).argmax(axis=-1) == np.asarray(labels)
     if mask is not None:
         correct = correct[np.asarray(mask, dtype=bool)]
     if correct.size == 0:
-        raise ValueError("accuracy: the mask selects no rows")
+        raise ValueError(f"accuracy: the {mask_name} selects no rows")
     return float(correct.mean())
 
 
@@ -102,6 +103,14 @@ class Trainer:
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
+        for split in ("train", "val"):
+            mask = np.asarray(getattr(data, split + "_mask"))
+            if mask.shape != (data.num_nodes,):
+                raise ValueError(f"Trainer: the dataset's {split}_mask has shape {mask.shape}, "
+                                 f"expected ({data.num_nodes},)")
+            if not mask.astype(bool).any():
+                raise ValueError(f"Trainer: the dataset's {split}_mask selects no rows; "
+                                 f"training needs {split} rows")
         self.transformer = transformer or ngt.make_transformer(backend)
 
         n = data.num_nodes
@@ -155,15 +164,16 @@ class Trainer:
     def evaluate(self):
         """Accuracy on the train, val and test splits."""
         logits = self.predict()
-        return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"))
+        return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"),
+                                split + "_mask")
                 for split in ("train", "val", "test")}
 
     def epoch_metrics(self):
         """Training accuracy, validation accuracy and validation loss, recorded by `fit`
         each epoch (it selects weights by the last two)."""
         logits, labels = self.predict(), self.data.labels
-        return (accuracy(logits, labels, self.data.train_mask),
-                accuracy(logits, labels, self.data.val_mask),
+        return (accuracy(logits, labels, self.data.train_mask, "train_mask"),
+                accuracy(logits, labels, self.data.val_mask, "val_mask"),
                 cross_entropy(logits, labels, self.data.val_mask))
 
     def fit(self, epochs, patience=None, progress=True):
@@ -186,7 +196,10 @@ class Trainer:
                                  "epoch_time": time.perf_counter() - start})
             bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.3f}")
             if not np.isfinite(loss):
-                raise FloatingPointError(f"training diverged: loss is {loss} at epoch {epoch}")
+                raise FloatingPointError(
+                    f"training diverged: loss is {loss} at epoch {epoch}. To find the first op "
+                    "that produced a NaN or Inf, rerun with the transformer option "
+                    "debug_nans=True (ngnn train --debug-nans)")
             if best_key is None or (val_acc, -val_loss) > best_key:
                 best_key = (val_acc, -val_loss)
                 best_weights = self.state()

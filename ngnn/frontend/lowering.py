@@ -9,6 +9,7 @@ the other end), and an aggregation over a vertex's edges is an Aggregate at that
 from ..op_graph import (Aggregate, Broadcast, Constant, Dot, Dropout, ElementWise, Gather,
                         ordered_ops)
 from ..op_graph.layout import reshape_to
+from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
 from .tracing import LocalAggregate, LocalDegree, LocalFeature, ZoomOut
 
@@ -39,7 +40,8 @@ class Lowering:
     def lower(self, root):
         for op in ordered_ops([root]):
             if op.scope in LOCAL_SCOPES and op not in self.home:
-                self.home[op] = self.lower_op(op)
+                with built_for(op.origin):
+                    self.home[op] = self.lower_op(op)
         return self.home[root]
 
     def rows(self, scope):
@@ -50,7 +52,7 @@ class Lowering:
             return op.args[0]
         g = self.graph
         if isinstance(op, LocalDegree):
-            new = Constant(op.degrees().astype(op.dtype))
+            new = Constant(op.degrees(), dtype=op.dtype)
         elif isinstance(op, LocalAggregate):
             at = ENDS[op.over][0]
             new = Aggregate(self.on_edges(op.args[0], op.over), g, at=at, reduce=op.reduce)

@@ -141,6 +141,17 @@ class Neighbours:
         self.context.check_open()
         yield self.proxy
 
+    def __len__(self):
+        raise TracingError(at_user_line(
+            f"len() of a neighbour list: the number of neighbours differs from vertex to "
+            f"vertex, so it is a tensor, not a Python int; use v.indegree / v.outdegree"))
+
+    def __getitem__(self, index):
+        raise TracingError(at_user_line(
+            "indexing a neighbour list: neighbours have no order, so there is no i-th one; "
+            "aggregate over all of them (sum, max, min, ng.mean over "
+            "[... for n in v.innbs])"))
+
 
 class Vertex(_Proxy):
     def __init__(self, context):

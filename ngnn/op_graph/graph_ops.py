@@ -83,7 +83,8 @@ class Aggregate(GraphOp):
         """1 / max(degree, 1) shaped to broadcast over the result."""
         degrees = self.graph.in_degrees if self.at == "dst" else self.graph.out_degrees
         scale = 1.0 / np.maximum(degrees, 1).astype(self.dtype)
-        return Constant(scale.reshape((-1,) + (1,) * (self.ndim - 1)))
+        # In the op's dtype: Constant would round a float64 array to float32.
+        return Constant(scale.reshape((-1,) + (1,) * (self.ndim - 1)), dtype=self.dtype)
 
     def adjoints(self, delta):
         g, at = self.graph, self.at
