@@ -96,6 +96,7 @@ class HostStep:
         self.op = op
         self.name = f"host_{op.op_name}"
         self.inputs = [plan.base(op.args[0])]
+        self.bindings = []        # no device parameters: it moves tensors through the host
 
     def bind(self, x, out):
         """The launch: a function of no arguments moving x's tensor into out's."""
