@@ -110,6 +110,7 @@ class GPUKernelGroup:
             check_labels(values[index], classes)
         for tensor, value in zip(self.parameters, values):
             tensor.set(value)
+        self.transformer.refresh_graphs()
         for kernel, global_size, local_size, bound in self.launches:
             call_args = [np.uint32(step) if a is None else a for a in bound]
             runtime.launch(kernel, global_size, local_size, call_args)
@@ -150,6 +151,7 @@ class GPUTransformer(Transformer):
         self.runtime = shared_runtime(runtime) if runtime is not None else get_runtime()
         self.constant_tensors = {}
         self.graph_tensors = {}
+        self.uploaded_versions = {}     # (GraphSlot, attribute) -> version on the device
 
     def is_view(self, op):
         return isinstance(op, Reshape)
@@ -171,13 +173,25 @@ class GPUTransformer(Transformer):
         return self.constant_tensors[op]
 
     def graph_tensor(self, graph, attribute):
-        """A graph's index array on the device, as int32 (uploaded once per graph)."""
+        """A graph's index array on the device, as int32 (uploaded once per graph, and again
+        when a GraphSlot has been loaded with new edges: see refresh_graphs)."""
         key = (graph, attribute)
         if key not in self.graph_tensors:
             array = np.asarray(getattr(graph, attribute))
             self.graph_tensors[key] = new_tensor(self, array.shape, np.int32, attribute)
             self.graph_tensors[key].set(array.astype(np.int32))
+            if graph.varies:
+                self.uploaded_versions[key] = graph.version
         return self.graph_tensors[key]
+
+    def refresh_graphs(self):
+        """Uploads the index arrays of slots loaded since their last upload (same sizes,
+        same device buffers, so the compiled kernels stay valid)."""
+        for key, version in self.uploaded_versions.items():
+            graph, attribute = key
+            if graph.version != version:
+                self.graph_tensors[key].set(np.asarray(getattr(graph, attribute), np.int32))
+                self.uploaded_versions[key] = graph.version
 
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
