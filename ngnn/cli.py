@@ -61,8 +61,23 @@ def make_trainer(args, data, seed, transformer=None):
     from ngnn.train import Trainer
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
     optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    minibatch = {key: getattr(args, key, None)
+                 for key in ("batch_size", "fanouts", "eval_fanouts")}
     return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
-                   normalize=args.normalize_features, transformer=transformer)
+                   normalize=args.normalize_features, transformer=transformer, **minibatch)
+
+
+def fanout_list(text):
+    """"15,10" -> [15, 10]; -1 stands for every in-edge."""
+    try:
+        fanouts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints such as 15,10, got "
+                                         f"{text!r}") from None
+    if any(f < 1 and f != -1 for f in fanouts):
+        raise argparse.ArgumentTypeError(f"fanouts must be positive or -1 (every in-edge), "
+                                         f"got {text!r}")
+    return fanouts
 
 
 # ---- subcommands -------------------------------------------------------------------------
@@ -75,7 +90,9 @@ def cmd_train(args):
           f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
           f"up to {args.epochs} epochs" +
           (f" (patience {args.patience})" if args.patience else "") +
-          f", backend {args.backend}")
+          f", backend {args.backend}" +
+          (f", minibatches of {args.batch_size or 512} with fanouts "
+           f"{args.fanouts or 'all'}" if args.batch_size or args.fanouts else ""))
     vals, tests, epoch_times = [], [], []
     for run in range(args.runs):
         seed = args.seed + run
@@ -214,6 +231,14 @@ def make_parser():
     train.add_argument("--runs", type=int, default=1)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--save", metavar="PATH", help="save the trained weights (.npz)")
+    minibatch = train.add_argument_group("minibatches (ngnn.sampling)")
+    minibatch.add_argument("--batch-size", type=int,
+                           help="train from sampled minibatches of this many seeds")
+    minibatch.add_argument("--fanouts", type=fanout_list, metavar="F1,F2,...",
+                           help="in-edges sampled per vertex for each layer, first to last "
+                                "(-1: all; default all)")
+    minibatch.add_argument("--eval-fanouts", type=fanout_list, metavar="F1,F2,...",
+                           help="evaluate from sampled batches (default: the full graph)")
     train.set_defaults(func=cmd_train)
 
     listing = sub.add_parser("datasets", help="list the embedded datasets")
@@ -241,7 +266,7 @@ def _fill_defaults(args):
     for key, value in defaults.items():
         if getattr(args, key, value) is None:
             setattr(args, key, value)
-    for key in ("hidden", "heads", "epochs", "runs"):
+    for key in ("hidden", "heads", "epochs", "runs", "batch_size"):
         value = getattr(args, key, 1)
         if value is not None and value < 1:
             raise ValueError(f"--{key} must be at least 1, got {value}")

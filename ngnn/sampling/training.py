@@ -1,0 +1,64 @@
+"""The minibatch side of ngnn.train.Trainer (Trainer(..., batch_size=..., fanouts=[...])).
+
+An epoch shuffles the training vertices (Philox, from the trainer's seed and the epoch),
+cuts them into batches, samples each one and runs the training step compiled once over the
+program's slots. Evaluation runs over the full graph by default (the Trainer's evaluation
+computation: each layer over every vertex once); with `eval_fanouts` it runs sampled
+batches over every vertex instead.
+"""
+import numpy as np
+from tqdm import tqdm
+
+from .program import MinibatchProgram
+from .sampler import NeighborSampler
+
+
+class Minibatches:
+    def __init__(self, trainer, batch_size, fanouts, eval_fanouts=None):
+        data, model = trainer.data, trainer.model
+        if fanouts is None:         # every in-edge: exact minibatches of the full model
+            fanouts = [None] * len(model.layers)
+        if len(fanouts) != len(model.layers):
+            raise ValueError(f"fanouts {list(fanouts)} name {len(fanouts)} layers; the model "
+                             f"has {len(model.layers)}")
+        self.trainer = trainer
+        self.batch_size = 512 if batch_size is None else batch_size
+        self.sampler = NeighborSampler(data.graph, fanouts, seed=trainer.seed)
+        self.train_nodes = np.flatnonzero(data.train_mask)
+        self.program = MinibatchProgram(
+            model, data.graph, data.num_features, self.sampler.fanouts, self.batch_size,
+            trainer.transformer, optimizer=trainer.optimizer, seed=trainer.seed)
+        self.eval_sampler = self.eval_program = None
+        if eval_fanouts is not None:
+            self.eval_sampler = NeighborSampler(data.graph, eval_fanouts, seed=trainer.seed)
+            self.eval_program = MinibatchProgram(
+                model, data.graph, data.num_features, self.eval_sampler.fanouts,
+                self.batch_size, trainer.transformer)
+        self.epoch = 0
+
+    def train_epoch(self, progress=False):
+        """One pass over the training vertices; returns the seed-weighted mean loss."""
+        trainer = self.trainer
+        batches = self.sampler.batches(self.train_nodes, self.batch_size, epoch=self.epoch)
+        count = -(-self.train_nodes.size // self.batch_size)
+        total, seeds = 0.0, 0
+        for batch in tqdm(batches, total=count, disable=not progress, leave=False,
+                          desc=f"epoch {self.epoch}", unit="batch"):
+            loss = self.program.step(batch, trainer.features, trainer.data.labels)
+            total += loss * batch.num_seeds
+            seeds += batch.num_seeds
+        self.epoch += 1
+        return total / seeds
+
+    def predict(self):
+        """Logits of every vertex from sampled batches (no dropout)."""
+        n = self.trainer.data.num_nodes
+        out = None
+        for start in range(0, n, self.batch_size):
+            seeds = np.arange(start, min(start + self.batch_size, n))
+            batch = self.eval_sampler.sample(seeds, epoch=0, index=start // self.batch_size)
+            logits = self.eval_program.logits(batch, self.trainer.features)
+            if out is None:
+                out = np.empty((n,) + logits.shape[1:], dtype=logits.dtype)
+            out[start:start + seeds.size] = logits
+        return out
