@@ -6,6 +6,8 @@ program's slots. Evaluation runs over the full graph by default (the Trainer's e
 computation: each layer over every vertex once); with `eval_fanouts` it runs sampled
 batches over every vertex instead.
 """
+import numbers
+
 import numpy as np
 from tqdm import tqdm
 
@@ -23,6 +25,9 @@ class Minibatches:
                              f"has {len(model.layers)}")
         self.trainer = trainer
         self.batch_size = 512 if batch_size is None else batch_size
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, numbers.Integral) \
+                or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.sampler = NeighborSampler(data.graph, fanouts, seed=trainer.seed)
         self.train_nodes = np.flatnonzero(data.train_mask)
         self.program = MinibatchProgram(
