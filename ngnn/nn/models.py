@@ -113,20 +113,26 @@ class GAT(Model):
 
 
 class GraphSAGE(Model):
-    """Hamilton et al. (2017), mean aggregator, full batch: SAGEConv, ReLU, dropout, SAGEConv."""
+    """Hamilton et al. (2017), mean aggregator: SAGEConv, then (ReLU, dropout, SAGEConv) for
+    each further layer; `num_layers` SAGEConvs in all (2 by default)."""
 
-    def __init__(self, in_feats, hidden, num_classes, dropout=0.5, seed=0, dtype=np.float32):
+    def __init__(self, in_feats, hidden, num_classes, dropout=0.5, seed=0, dtype=np.float32,
+                 num_layers=2):
         super().__init__()
-        s1, s2 = _layer_seeds(seed, 2)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"GraphSAGE: num_layers must be a positive int, got {num_layers!r}")
         self.dropout = dropout
-        self.layers = [("conv1", SAGEConv(in_feats, hidden, seed=s1, dtype=dtype)),
-                       ("conv2", SAGEConv(hidden, num_classes, seed=s2, dtype=dtype))]
+        widths = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = [(f"conv{i + 1}", SAGEConv(widths[i], widths[i + 1], seed=s, dtype=dtype))
+                       for i, s in enumerate(_layer_seeds(seed, num_layers))]
 
     def __call__(self, g, x, training=False):
-        g1, g2 = self.graphs(g)
-        (_, conv1), (_, conv2) = self.layers
-        h = ng.relu(conv1(g1, self._dropout(x, training), training))
-        return conv2(g2, self._dropout(h, training), training)
+        h = x
+        for i, ((_, conv), graph) in enumerate(zip(self.layers, self.graphs(g))):
+            if i:
+                h = self._dropout(ng.relu(h), training)
+            h = conv(graph, h if i else self._dropout(h, training), training)
+        return h
 
 
 class GIN(Model):

@@ -11,9 +11,9 @@ their sampled in-edges that are new become hop 1; the layer before it samples in
 the seeds and hop 1, and so on. `batch.nodes` lists the seeds, then hop 1, hop 2, ... (each
 hop sorted by global id), so every layer computes a prefix of the rows of the layer before.
 
-Every random number is Philox (ngnn.philox) at a counter made of the batch, the layer, the
-vertex's global id and the draw, so a batch is a pure function of (seed, epoch, batch
-index): the same for any backend, thread count or order in which vertices are visited.
+Every random number is Philox (ngnn.philox) at a counter made of the epoch and layer (the
+stream), the batch index, the vertex's row in the batch and the draw, so a batch is a pure
+function of (seed, epoch, batch index): the same for any backend or thread count.
 Choosing k of d in-edges uses Floyd's algorithm, k rounds that each draw one number per
 vertex, vectorized over the vertices: the work is O(vertices * k^2) whatever the degrees.
 """
@@ -26,7 +26,7 @@ from ngnn.graph import Graph
 
 # The Philox stream of a draw is epoch * STREAMS_PER_EPOCH + layer, the last one of an
 # epoch's streams shuffles its seeds; the position is (batch index << INDEX_SHIFT) + the
-# vertex's global id * fanout + the draw.
+# vertex's row in the batch * fanout + the draw.
 STREAMS_PER_EPOCH = 16
 SHUFFLE_STREAM = STREAMS_PER_EPOCH - 1
 INDEX_SHIFT = 40
@@ -91,9 +91,12 @@ class NeighborSampler:
         if g.num_nodes * widest >= 2 ** INDEX_SHIFT:
             raise ValueError(f"NeighborSampler: {g.num_nodes} vertices times fanout {widest} "
                              f"exceeds the 2**{INDEX_SHIFT} draws a batch may number")
+        # (The rows of a batch are distinct vertices, so a layer's draws, k per row, stay
+        # below num_nodes * fanout.)
         # Global id -> row in the batch being sampled, -1 elsewhere; reset after each batch
         # so no batch pays for clearing all of it.
         self._row = np.full(g.num_nodes, -1, dtype=np.int64)
+        self._fresh = np.zeros(g.num_nodes, dtype=np.bool_)
 
     @property
     def num_layers(self):
@@ -129,7 +132,11 @@ class NeighborSampler:
                 src = row[src_global]
                 fresh = src < 0
                 if fresh.any():
-                    new = np.unique(src_global[fresh])
+                    # Marking and scanning sorts the new vertices by id in O(N), faster
+                    # than np.unique's sort for the frontiers of large batches.
+                    self._fresh[src_global[fresh]] = True
+                    new = np.flatnonzero(self._fresh)
+                    self._fresh[new] = False
                     row[new] = np.arange(count, count + new.size)
                     nodes.append(new)
                     count += new.size
@@ -156,19 +163,21 @@ class NeighborSampler:
         if fanout is not None:
             over = np.flatnonzero(degree > fanout)
             if over.size:
-                chosen = self._choose(vertices[over], degree[over], fanout, layer, epoch, index)
+                chosen = self._choose(over, degree[over], fanout, layer, epoch, index)
                 slots = first[over][:, None] + np.arange(fanout)
                 offset[slots.reshape(-1)] = chosen.reshape(-1)
         return np.repeat(start, take) + offset, rows
 
-    def _choose(self, vertices, degree, k, layer, epoch, index):
-        """(len(vertices), k) distinct offsets in [0, degree), uniformly (Floyd: for j from
-        d - k to d - 1, draw t in [0, j] and take t, or j if t was taken)."""
+    def _choose(self, rows, degree, k, layer, epoch, index):
+        """(len(rows), k) distinct offsets in [0, degree), uniformly (Floyd: for j from
+        d - k to d - 1, draw t in [0, j] and take t, or j if t was taken). Row r's draws
+        sit at Philox positions batch base + r * k + 0..k-1."""
         stream = epoch * STREAMS_PER_EPOCH + layer
-        draws = (np.uint64(index) << np.uint64(INDEX_SHIFT)) + \
-            vertices.astype(np.uint64)[:, None] * np.uint64(k) + np.arange(k, dtype=np.uint64)
-        u = philox.uniform_at(self.seed, draws, stream).astype(np.float64)
-        chosen = np.empty((vertices.size, k), dtype=np.int64)
+        start = (index << INDEX_SHIFT) + int(rows[0]) * k
+        span = (int(rows[-1]) - int(rows[0]) + 1) * k
+        draws = philox.uniform(self.seed, start, span, stream).reshape(-1, k)
+        u = draws[rows - rows[0]].astype(np.float64)
+        chosen = np.empty((rows.size, k), dtype=np.int64)
         for i in range(k):           # k rounds, each vectorized over the vertices
             j = degree - k + i
             t = np.minimum((u[:, i] * (j + 1)).astype(np.int64), j)
