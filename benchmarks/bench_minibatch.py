@@ -6,7 +6,8 @@ For each R-MAT graph (average degree 16, 64 input features, 8 classes) and each 
 it trains a GraphSAGE of len(fanouts) layers (64 hidden features, dropout 0.5, Adam) on
 --batches batches of --batch-size seeds and reports:
   - sampling: sampled edges per second and ms per batch (NeighborSampler.sample, one core:
-    NumPy sampling is single-threaded whatever BLAS does),
+    NumPy sampling is single-threaded whatever BLAS does), also per second of the process's
+    CPU time, which a machine shared with other jobs distorts less than wall time,
   - per batch: loading the blocks into the slots and the seeds' features into the input
     buffer, and the training step (forward, backward, Adam), both medians after the first
     batch (which compiles the step; its time is reported apart),
@@ -55,14 +56,15 @@ def run_program(data, fanouts, batches, batch_size, row_prefix, backend):
 def bench(data, fanouts, args):
     sampler = NeighborSampler(data.graph, fanouts, seed=0)
     order = sampler.order(data.num_nodes, 0)
-    batches, sample_times = [], []
+    batches, sample_times, cpu_times = [], [], []
     for index in range(args.batches):
         seeds = order[index * args.batch_size:(index + 1) * args.batch_size]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         batches.append(sampler.sample(seeds, epoch=0, index=index))
         sample_times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu)
     edges = sum(b.num_sampled_edges for b in batches)
-    rate = edges / sum(sample_times)
+    rate, cpu_rate = edges / sum(sample_times), edges / sum(cpu_times)
     prefix, loads, steps, losses, compiled = run_program(data, fanouts, batches,
                                                          args.batch_size, True, args.backend)
     _, _, every_steps, every_losses, _ = run_program(data, fanouts, batches, args.batch_size,
@@ -80,7 +82,8 @@ def bench(data, fanouts, args):
     fill = np.mean([b.num_sampled_edges for b in batches]) / sum(s.num_edges
                                                                   for s in prefix.slots)
     print(f"R-MAT {data.num_nodes:,} fanouts {fanouts}: {edges / len(batches):,.0f} sampled "
-          f"edges/batch, {rate / 1e6:.2f} M sampled edges/s")
+          f"edges/batch, {rate / 1e6:.2f} M sampled edges/s ({cpu_rate / 1e6:.2f} M per "
+          "CPU second)")
     print(f"  per batch: sampling {1e3 * sample:.1f} ms, load {1e3 * load:.1f} ms, "
           f"step {1e3 * step:.1f} ms; sampling is {100 * sample / (sample + load + step):.1f}% "
           f"of the epoch; first batch (compiles the step) {steps[0]:.1f} s, "
