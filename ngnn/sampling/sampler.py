@@ -81,8 +81,8 @@ class NeighborSampler:
         if not isinstance(g, Graph):
             raise TypeError(f"NeighborSampler: expected an ng.Graph, got {g!r}")
         if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__len__") or \
-                not 1 <= len(fanouts) < SHUFFLE_STREAM:
-            raise ValueError(f"fanouts must be a list of 1 to {SHUFFLE_STREAM - 1} per-layer "
+                not 1 <= len(fanouts) <= SHUFFLE_STREAM:
+            raise ValueError(f"fanouts must be a list of 1 to {SHUFFLE_STREAM} per-layer "
                              f"fanouts, got {fanouts!r}")
         self.graph = g
         self.fanouts = [_fanout(f, i) for i, f in enumerate(fanouts)]
