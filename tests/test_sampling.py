@@ -173,6 +173,8 @@ def test_capacities_bound_every_batch():
             looped = with_block_self_loops(block)
             assert block.num_nodes < read and block.num_dst < computed
             assert looped.num_edges <= edges
+    for read, computed, _ in capacities(g, [3], N + 5):     # more seeds than vertices
+        assert read >= computed == N + 1
 
 
 def test_block_self_loops_replace_sampled_ones_and_stay_grouped():

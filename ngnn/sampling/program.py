@@ -19,15 +19,22 @@ from .slot import GraphSlot
 def capacities(g, fanouts, batch_size, self_loops=False):
     """Worst-case (rows read, rows computed, edges) of each layer's block, first to last,
     for batches of at most `batch_size` seeds of `g` sampled with `fanouts`, plus one spare
-    row on each side for padding edges."""
-    max_degree = int(g.in_degrees.max()) if g.num_nodes else 0
-    computed = batch_size
+    row on each side for padding edges.
+
+    A layer computing r rows samples at most the r largest of min(in-degree, fanout) edges;
+    each row it adds is the source of one of them, and every row of a batch is a seed or the
+    source of some edge of g. On power-law graphs these bounds are well below r * fanout
+    edges and N rows (R-MAT 100K, [15, 10, 5]: 416,000 edges instead of 1,014,000 in the
+    first layer, 63,000 rows instead of 100,000)."""
+    ever_sampled = min(g.num_nodes, batch_size + int(np.count_nonzero(g.out_degrees)))
+    computed = min(batch_size, g.num_nodes)
     sizes = []
     for fanout in reversed(fanouts):
-        per_vertex = max_degree if fanout is None else min(fanout, max_degree)
-        edges = min(computed * per_vertex, g.num_edges) + (computed if self_loops else 0)
-        read = min(g.num_nodes, computed * (1 + per_vertex))
-        sizes.append((read + 1, computed + 1, edges))
+        per_vertex = g.in_degrees if fanout is None else np.minimum(g.in_degrees, fanout)
+        largest = np.cumsum(np.sort(per_vertex)[::-1])
+        edges = int(largest[min(computed, g.num_nodes) - 1]) if g.num_nodes else 0
+        read = min(computed + edges, ever_sampled)
+        sizes.append((read + 1, computed + 1, edges + (computed if self_loops else 0)))
         computed = read
     return sizes[::-1]
 
