@@ -32,7 +32,7 @@ def capacities(g, fanouts, batch_size, self_loops=False):
     for fanout in reversed(fanouts):
         per_vertex = g.in_degrees if fanout is None else np.minimum(g.in_degrees, fanout)
         largest = np.cumsum(np.sort(per_vertex)[::-1])
-        edges = int(largest[min(computed, g.num_nodes) - 1]) if g.num_nodes else 0
+        edges = int(largest[computed - 1]) if computed else 0
         read = min(computed + edges, ever_sampled)
         sizes.append((read + 1, computed + 1, edges + (computed if self_loops else 0)))
         computed = read

@@ -87,12 +87,12 @@ class NeighborSampler:
         self.graph = g
         self.fanouts = [_fanout(f, i) for i, f in enumerate(fanouts)]
         self.seed = _check_counter("seed", seed, 2 ** 64)
+        # A batch's rows are distinct vertices, so a layer draws fewer than num_nodes * fanout
+        # numbers: they must fit below the batch index's bits of the Philox position.
         widest = max(f or 1 for f in self.fanouts)
         if g.num_nodes * widest >= 2 ** INDEX_SHIFT:
             raise ValueError(f"NeighborSampler: {g.num_nodes} vertices times fanout {widest} "
                              f"exceeds the 2**{INDEX_SHIFT} draws a batch may number")
-        # (The rows of a batch are distinct vertices, so a layer's draws, k per row, stay
-        # below num_nodes * fanout.)
         # Global id -> row in the batch being sampled, -1 elsewhere; reset after each batch
         # so no batch pays for clearing all of it.
         self._row = np.full(g.num_nodes, -1, dtype=np.int64)
