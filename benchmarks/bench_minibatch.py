@@ -13,7 +13,8 @@ it trains a GraphSAGE of len(fanouts) layers (64 hidden features, dropout 0.5, A
     batch (which compiles the step; its time is reported apart),
   - sampling's share of the epoch: sampling / (sampling + load + step),
   - the row prefix's gain: the same batches through a step without the row prefix (every
-    layer computes every row of the batch), step time without / with,
+    layer computes every row of the batch), step time without / with, in wall time and in
+    the process's CPU time,
   - how full the slots are: rows and edges of the batches against the worst-case slots.
 """
 import argparse
@@ -39,18 +40,19 @@ def run_program(data, fanouts, batches, batch_size, row_prefix, backend):
     program = MinibatchProgram(model, data.graph, FEATURES, fanouts, batch_size, t,
                                optimizer=optim.Adam(model.parameters(), lr=0.01),
                                row_prefix=row_prefix)
-    loads, steps, losses = [], [], []
+    loads, steps, cpu_steps, losses = [], [], [], []
     for batch in batches:
         start = time.perf_counter()
         program.load(batch, data.features, data.labels)
-        loaded = time.perf_counter()
+        loaded, cpu = time.perf_counter(), time.process_time()
         losses.append(float(program.train_step(program.features, program.labels,
                                                program.seed_mask)[0]))
+        cpu_steps.append(time.process_time() - cpu)
         loads.append(loaded - start)
         steps.append(time.perf_counter() - loaded)
     compilations = t.compilations
     t.close()
-    return program, loads, steps, losses, compilations
+    return program, loads, (steps, cpu_steps), losses, compilations
 
 
 def bench(data, fanouts, args):
@@ -65,10 +67,10 @@ def bench(data, fanouts, args):
         cpu_times.append(time.process_time() - cpu)
     edges = sum(b.num_sampled_edges for b in batches)
     rate, cpu_rate = edges / sum(sample_times), edges / sum(cpu_times)
-    prefix, loads, steps, losses, compiled = run_program(data, fanouts, batches,
-                                                         args.batch_size, True, args.backend)
-    _, _, every_steps, every_losses, _ = run_program(data, fanouts, batches, args.batch_size,
-                                                     False, args.backend)
+    prefix, loads, (steps, cpu_steps), losses, compiled = run_program(
+        data, fanouts, batches, args.batch_size, True, args.backend)
+    _, _, (every_steps, every_cpu), every_losses, _ = run_program(
+        data, fanouts, batches, args.batch_size, False, args.backend)
     # Dropout draws element i of a mask at Philox position step * mask size + i, and the
     # masks of the two programs differ in size, so only the first step sees the same masks.
     if not np.isclose(losses[0], every_losses[0], rtol=1e-4):
@@ -76,6 +78,7 @@ def bench(data, fanouts, args):
                              f"{every_losses[0]}")
     sample, load = np.median(sample_times[1:]), np.median(loads[1:])
     step, every = np.median(steps[1:]), np.median(every_steps[1:])
+    cpu_step, cpu_every = np.median(cpu_steps[1:]), np.median(every_cpu[1:])
     rows = np.mean([len(b.nodes) for b in batches])
     layer_rows = np.mean([b.layer_rows for b in batches], axis=0)
     slot_rows = [prefix.slots[0].num_nodes] + [s.num_dst for s in prefix.slots]
@@ -89,7 +92,8 @@ def bench(data, fanouts, args):
           f"of the epoch; first batch (compiles the step) {steps[0]:.1f} s, "
           f"{compiled} programs generated over {len(batches)} batches")
     print(f"  row prefix: step {1e3 * step:.1f} ms, every row {1e3 * every:.1f} ms: "
-          f"{every / step:.2f}x")
+          f"{every / step:.2f}x (CPU time {1e3 * cpu_step:.1f} ms and {1e3 * cpu_every:.1f} "
+          f"ms: {cpu_every / cpu_step:.2f}x)")
     print(f"  rows: batch {rows:,.0f} -> layers {', '.join(f'{r:,.0f}' for r in layer_rows)}; "
           f"slots {', '.join(f'{r:,}' for r in slot_rows)}; edges fill {100 * fill:.0f}% "
           f"of the slots", flush=True)
