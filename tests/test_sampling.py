@@ -349,6 +349,25 @@ def test_trainer_learns_from_minibatches_and_evaluates_sampled_when_asked():
     np.testing.assert_allclose(trainer.predict(), full.predict(), rtol=1e-4, atol=1e-5)
 
 
+def test_resumed_minibatch_training_continues_exactly(tmp_path):
+    data = datasets.synthetic("sbm", 200, 6, F, CLASSES, seed=2)
+
+    def trainer():
+        model = make_model("sage", seed=3)
+        return Trainer(model, data, optim.Adam(model.parameters(), lr=0.01), batch_size=16,
+                       fanouts=[3, 3], seed=5)
+
+    straight = trainer()
+    losses = [straight.step() for _ in range(3)]
+    first = trainer()
+    first.step(), first.step()
+    first.save(tmp_path / "c.npz")
+    resumed = trainer()
+    resumed.load(tmp_path / "c.npz")
+    assert resumed.minibatches.epoch == 2
+    assert resumed.step() == losses[2]
+
+
 def test_minibatch_options_are_checked():
     data = datasets.synthetic("sbm", 100, 4, F, CLASSES, seed=0)
     model = make_model("sage")

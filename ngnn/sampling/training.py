@@ -30,6 +30,9 @@ class Minibatches:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.sampler = NeighborSampler(data.graph, fanouts, seed=trainer.seed)
         self.train_nodes = np.flatnonzero(data.train_mask)
+        if not self.train_nodes.size:
+            raise ValueError(f"{data.name}: the training mask selects no vertex to draw "
+                             "minibatches from")
         self.program = MinibatchProgram(
             model, data.graph, data.num_features, self.sampler.fanouts, self.batch_size,
             trainer.transformer, optimizer=trainer.optimizer, seed=trainer.seed)
@@ -39,20 +42,24 @@ class Minibatches:
             self.eval_program = MinibatchProgram(
                 model, data.graph, data.num_features, self.eval_sampler.fanouts,
                 self.batch_size, trainer.transformer)
-        self.epoch = 0
+        self.batches_per_epoch = -(-self.train_nodes.size // self.batch_size)
+
+    @property
+    def epoch(self):
+        """The epoch the next batch belongs to, from the steps taken (a checkpoint restores
+        them, so resumed training continues with the next epoch's batches)."""
+        return self.program.train_step.calls // self.batches_per_epoch
 
     def train_epoch(self, progress=False):
         """One pass over the training vertices; returns the seed-weighted mean loss."""
-        trainer = self.trainer
-        batches = self.sampler.batches(self.train_nodes, self.batch_size, epoch=self.epoch)
-        count = -(-self.train_nodes.size // self.batch_size)
+        trainer, epoch = self.trainer, self.epoch
+        batches = self.sampler.batches(self.train_nodes, self.batch_size, epoch=epoch)
         total, seeds = 0.0, 0
-        for batch in tqdm(batches, total=count, disable=not progress, leave=False,
-                          desc=f"epoch {self.epoch}", unit="batch"):
+        for batch in tqdm(batches, total=self.batches_per_epoch, disable=not progress,
+                          leave=False, desc=f"epoch {epoch}", unit="batch"):
             loss = self.program.step(batch, trainer.features, trainer.data.labels)
             total += loss * batch.num_seeds
             seeds += batch.num_seeds
-        self.epoch += 1
         return total / seeds
 
     def predict(self):
