@@ -7,7 +7,6 @@ import pytest
 
 import ngnn as ng
 from ngnn import datasets, nn, optim
-from ngnn import transformers as ngt
 from ngnn.cli import main
 from ngnn.frontend import TracingError
 from ngnn.sampling import GraphSlot, NeighborSampler
