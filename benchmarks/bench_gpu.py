@@ -94,7 +94,7 @@ def main():
     listings = []
     for nodes in args.nodes:
         data = datasets.synthetic(args.kind, nodes, args.degree, FEATURES, CLASSES, seed=0)
-        values = [data.features.astype(np.float32), data.labels.astype(np.int64)]
+        values = [data.dense_features(), data.labels.astype(np.int64)]
         for name in MODELS:
             for train in (False, True):
                 label = f"{name}-{'train' if train else 'fwd'}"

@@ -21,8 +21,10 @@ EDGE_SET_TEXT = {"inedge": "in-edges (v.innbs / v.inedges)",
 # ---- traced leaves and the ops only the front end makes --------------------------------------
 
 class LocalFeature(Op):
-    """A feature read at a local scope: the node (or edge) axis of `source` factored out."""
+    """A feature read at a local scope: the node (or edge) axis of `source` factored out.
+    A sparse source stays sparse where it is lowered (n.h @ W becomes a sparse product)."""
     kind = "prim"
+    takes_sparse = True
 
     def __init__(self, source, scope, context):
         super().__init__([source], shape=source.shape[1:], dtype=source.dtype, scope=scope)

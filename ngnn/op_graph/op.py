@@ -18,6 +18,10 @@ class ShapeError(ValueError):
     """An op was built from arguments whose shapes or dtypes do not fit."""
 
 
+class SparseInputError(TypeError):
+    """A sparse tensor was given to an op that takes only dense ones."""
+
+
 class Op:
     """A node of the op-graph.
 
@@ -32,12 +36,18 @@ class Op:
     numpy = None
     c = None
     is_stateful = False   # never folded or merged (random masks, assignments)
+    is_sparse = False     # a scipy.sparse CSR value at run time (ngnn/op_graph/sparse.py)
+    takes_sparse = False  # may have sparse arguments
 
     def __init__(self, args=(), *, shape, dtype, name=None, scope=None):
         self._args = tuple(args)
         for a in self._args:
             if not isinstance(a, Op):
                 raise TypeError(f"{type(self).__name__}: argument {a!r} is not an ngnn op")
+            if a.is_sparse and not self.takes_sparse:
+                raise SparseInputError(f"{type(self).__name__}: argument {a!r} is a sparse tensor; "
+                                "sparse tensors feed only ng.dot (as the first operand) and "
+                                "ng.dropout")
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.name = name
@@ -205,7 +215,18 @@ class Leaf(Op):
 
 
 class Placeholder(Leaf):
-    """A tensor fed at call time, in the computation's parameter order."""
+    """A tensor fed at call time, in the computation's parameter order; a sparse one
+    (`sparse=True`, a 2-D float tensor) is fed a scipy.sparse CSR matrix."""
+
+    def __init__(self, shape, dtype, name=None, sparse=False):
+        super().__init__(shape, dtype, name=name)
+        if sparse and (len(self.shape) != 2 or self.dtype.kind != "f"):
+            raise ShapeError(f"placeholder {name or ''}: a sparse placeholder is a 2-D float "
+                             f"matrix, got shape {self.shape} and dtype {self.dtype}")
+        self.is_sparse = bool(sparse)
+
+    def attrs(self):
+        return {"sparse": True} if self.is_sparse else {}
 
 
 class Variable(Leaf):
@@ -268,8 +289,8 @@ def constant(value, dtype=None, name=None, like=None):
     return Constant(value, dtype=dtype, name=name)
 
 
-def placeholder(shape, dtype=np.float32, name=None):
-    return Placeholder(_shape_tuple(shape), dtype, name=name)
+def placeholder(shape, dtype=np.float32, name=None, sparse=False):
+    return Placeholder(_shape_tuple(shape), dtype, name=name, sparse=sparse)
 
 
 def variable(shape, dtype=np.float32, initial_value=0.0, name=None, trainable=True):

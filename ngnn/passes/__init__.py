@@ -4,7 +4,8 @@ from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
 from .fusion import FusedGroup, Fusion
 from .operation_batching import OperationBatching
+from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching", "Fusion", "FusedGroup",
-           "BufferSharing", "MemoryPlan"]
+           "BufferSharing", "MemoryPlan", "RecomputeDropout"]

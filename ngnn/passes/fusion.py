@@ -15,7 +15,7 @@ the group members in `computation.steps` (the execution order) by the groups.
 """
 import heapq
 
-from ..op_graph import (Aggregate, Broadcast, DropoutMask, EdgeSoftmax, ElementWise, Gather,
+from ..op_graph import (Aggregate, Broadcast, EdgeSoftmax, ElementWise, Gather,
                         Reduction, Reshape)
 from .base import GraphPass
 
@@ -53,7 +53,7 @@ def edge_role(op, graph_of):
         return "agg"
     if isinstance(op, EdgeSoftmax):
         return "softmax"
-    row_wise = isinstance(op, (ElementWise, Reshape, Broadcast, DropoutMask)) or \
+    row_wise = isinstance(op, (ElementWise, Reshape, Broadcast)) or \
         isinstance(op, Reduction) and 0 not in op.axes      # reduces within each row
     if op.scope == "e" and row_wise and op.shape and graph_of(op) is not None:
         return "edge"

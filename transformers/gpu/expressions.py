@@ -11,8 +11,9 @@ import re
 
 import numpy as np
 
+from ngnn import philox
 from ngnn.naming import Namer, sanitize
-from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, DropoutMask, EdgeSoftmax,
+from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, Dropout, EdgeSoftmax,
                            ElementWise, Gather, OneHot, Reshape, Slice, Transpose)
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "char", "int16": "short",
@@ -109,6 +110,7 @@ class KernelParams:
         self.namer = Namer(taken)
         self.tensors = {}         # base op -> C name
         self.graph_arrays = {}    # (graph, attribute) -> C name
+        self.sparse_arrays = {}   # (sparse placeholder, part) -> C name
         self.uses_step = False
         self.uses_double = False
         self.counter = 0
@@ -125,6 +127,13 @@ class KernelParams:
         if key not in self.graph_arrays:
             self.graph_arrays[key] = self.namer(f"graph_{attribute}")
         return self.graph_arrays[key]
+
+    def sparse_array(self, placeholder, part):
+        """One array of a sparse placeholder's CSR and CSC forms (SparseInput.PARTS)."""
+        key = (placeholder, part)
+        if key not in self.sparse_arrays:
+            self.sparse_arrays[key] = self.namer(f"sparse_{part}")
+        return self.sparse_arrays[key]
 
     def fresh(self, prefix="v"):
         self.counter += 1
@@ -241,6 +250,9 @@ class Block:
             if op.dtype == np.bool_:
                 return self.declare(op.dtype, f"(({value}) != 0)")
             return self.declare(op.dtype, f"({ctype(op.dtype)})({value})")
+        if isinstance(op, Dropout):
+            x = self.value(op.args[0], coords)
+            return self.dropout(op, x, flat_index(coords, op.shape))
         if isinstance(op, ElementWise):
             t = ctype(op.dtype)
             fields = {name: f"(({t}){self.value(a, broadcast_coords(coords, a.shape, op.shape))})"
@@ -281,8 +293,6 @@ class Block:
             return self.aggregate(op, coords)
         if isinstance(op, EdgeSoftmax):
             return self.edge_softmax(op, coords)
-        if isinstance(op, DropoutMask):
-            return self.dropout(op, flat_index(coords, op.shape))
         if isinstance(op, OneHot):
             label = self.value(op.args[0], coords[:-1])
             return self.declare(op.dtype, f"({label} == ({coords[-1]})) ? "
@@ -348,14 +358,13 @@ class Block:
             close()
         return peak, total
 
-    def dropout(self, op, flat):
-        """keep / (1 - rate), keep = u >= rate with u the Philox float at counter
-        step * size + flat: the numbers ngnn.philox gives the NumPy transformer."""
+    def dropout(self, op, x, flat):
+        """x * keep / (1 - rate) at row-major position `flat` of call `step`, keep drawn by
+        Philox4x64 exactly as ngnn.philox draws it for the NumPy transformer (and with its
+        arithmetic: x times the scale, then times 0 or 1)."""
         self.params.uses_step = True
-        seed = op.seed
-        base = f"((ulong)step * {op.size}UL)"
-        u = self.declare(np.float32, f"philox_uniform_at({seed & 0xFFFFFFFF}u, {seed >> 32}u, "
-                         f"(uint){base}, (uint)({base} >> 32), (uint)({flat}), 0u)", "u")
-        scale = op.dtype.type(1.0 / (1.0 - op.rate))
-        return self.declare(op.dtype, f"{u} >= {literal(op.rate, np.float32)} ? "
-                            f"{literal(scale, op.dtype)} : {literal(0, op.dtype)}")
+        keep = self.declare(np.int32, f"philox_word({op.seed}UL, (ulong)({flat}), "
+                            f"(ulong)step) >= {philox.keep_threshold(op.rate)}u", "keep")
+        t = ctype(op.dtype)
+        scaled = f"(({t}){x} * {literal(philox.keep_scale(op.rate, op.dtype), op.dtype)})"
+        return self.declare(op.dtype, f"{scaled} * ({t}){keep}")

@@ -9,15 +9,18 @@ import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.naming import Namer, sanitize
+from ngnn import philox
 from ngnn.op_graph import (Aggregate, Concat, Dot, EdgeSoftmax, LogSoftmax, Max, Mean, Min, Op,
-                           Reduction, Softmax, Unslice)
+                           Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
+from ngnn.op_graph.sparse import sparse_source
 
 from .expressions import (Block, KernelParams, broadcast_coords, ctype, extreme, flat_index,
                           literal, unravel)
 from .runtime import template_environment
 
 PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softmax",
-            "gemm.j2": "gemm", "aggregate.j2": "agg", "edge_softmax.j2": "edge_softmax"}
+            "gemm.j2": "gemm", "aggregate.j2": "agg", "edge_softmax.j2": "edge_softmax",
+            "sparse_dot.j2": "spmm"}
 WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
@@ -38,7 +41,8 @@ def round_up(n, step):
 class GPUKernel:
     """A kernel of a computation: template and fields to render it in either dialect, the
     launch geometry, and `bindings`, what each parameter is bound to at launch:
-    ("out", op), ("tensor", op), ("graph", graph, attribute) or ("step",)."""
+    ("out", op), ("tensor", op), ("graph", graph, attribute), ("sparse", placeholder, part)
+    or ("step",)."""
 
     def __init__(self, name, op, template, fields, params, global_size, local_size):
         self.name = name
@@ -49,11 +53,14 @@ class GPUKernel:
         self.uses_double = params.uses_double or op.dtype == np.float64
         self.bindings = [("out", op)] + [("tensor", t) for t in params.tensors] + \
             [("graph", g, attr) for g, attr in params.graph_arrays] + \
+            [("sparse", p, part) for p, part in params.sparse_arrays] + \
             ([("step",)] if params.uses_step else [])
         decls = [f"GLOBAL {ctype(op.dtype)}* RESTRICT out"]
         decls += [f"GLOBAL const {ctype(t.dtype)}* RESTRICT {name}"
                   for t, name in params.tensors.items()]
         decls += [f"GLOBAL const int* RESTRICT {name}" for name in params.graph_arrays.values()]
+        decls += [f"GLOBAL const {ctype(p.dtype) if part == 'data' else 'int'}* RESTRICT {name}"
+                  for (p, part), name in params.sparse_arrays.items()]
         decls += ["uint step"] if params.uses_step else []
         self.signature = ", ".join(decls)
         self.global_size = tuple(global_size)
@@ -228,6 +235,41 @@ class GPUKernelGenerator(TypeDispatched):
         return self.kernel(op, "gemm.j2", fields, params,
                            (round_up(n, GEMM_TILE), round_up(m, GEMM_TILE), batches),
                            (GEMM_TILE, GEMM_TILE, 1))
+
+    @generate.on_type(SparseDot)
+    def generate(self, op):
+        return self.sparse_product(op, transposed=False)
+
+    @generate.on_type(SparseTransposedDot)
+    def generate(self, op):
+        return self.sparse_product(op, transposed=True)
+
+    def sparse_product(self, op, transposed):
+        """X @ W over X's CSR, or X^T @ D over X's CSC; X's dropouts applied per value."""
+        x, dense = op.args
+        source, dropouts = sparse_source(x)
+        params = self.params()
+        arrays = ("colptr", "rowidx") if transposed else ("indptr", "indices")
+        ptr, idx = (params.sparse_array(source, part) for part in arrays)
+        block = Block(params, indent="            ")
+        slot = f"{params.sparse_array(source, 'perm')}[k]" if transposed else "k"
+        value = block.declare(op.dtype, f"{params.sparse_array(source, 'data')}[{slot}]")
+        row, col = ("other", "row") if transposed else ("row", "other")
+        position = f"(ulong){row} * {x.shape[1]}UL + (ulong){col}"
+        for d in reversed(dropouts):            # innermost first, as they were applied
+            params.uses_step = True
+            keep = block.declare(np.int32, f"philox_word({d.seed}UL, {position}, "
+                                 f"(ulong)step) >= {philox.keep_threshold(d.rate)}u", "keep")
+            t = ctype(op.dtype)
+            scale = literal(philox.keep_scale(d.rate, op.dtype), op.dtype)
+            value = block.declare(op.dtype, f"({t})({value} * {scale}) * ({t}){keep}")
+        dense_value = block.value(dense, ["other", "j"])
+        columns = op.shape[1]
+        local = pow2_at_most(columns, FEATURE_THREADS)
+        fields = {"ptr": ptr, "idx": idx, "columns": columns, "acc_type": ctype(op.dtype),
+                  "body": block.text(), "value": value, "dense": dense_value}
+        return self.kernel(op, "sparse_dot.j2", fields, params, (op.shape[0] * local,),
+                           (local,))
 
     def csr(self, params, graph, at):
         if at == "dst":

@@ -3,7 +3,7 @@ computed in registers inside the kernel that reads them, and where stored values
 
 Every kernel reads its inputs through index expressions (seed 000's broadcast index
 propagation), so an op that can be evaluated at any coordinate from its arguments (an
-element-wise op, broadcast, transpose, slice, reshape, gather, dropout mask, one-hot) needs
+element-wise op (dropout too), broadcast, transpose, slice, reshape, gather, one-hot) needs
 no buffer when all its readers sit in one kernel: that kernel recomputes it from registers.
 A chain of element-wise ops thus becomes one kernel, and a gather feeding an aggregation
 disappears into the aggregation.
@@ -11,14 +11,14 @@ disappears into the aggregation.
 Liveness is per kernel, not per op: a kernel reads all its inputs while it writes its
 output, so an input's buffer is freed only after the last kernel that reads it.
 """
-from ngnn.op_graph import (Aggregate, Assign, Broadcast, Constant, DropoutMask, EdgeSoftmax,
+from ngnn.op_graph import (Aggregate, Assign, Broadcast, Constant, EdgeSoftmax,
                            ElementWise, Gather, OneHot, Placeholder, Reshape, Slice, Transpose,
                            Variable)
 from ngnn.passes import GraphPass, MemoryPlan
 from ngnn.passes.buffer_sharing import take_buffer
 
 # Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
-INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, DropoutMask, OneHot)
+INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
 LEAVES = (Placeholder, Variable, Constant)
 
 
@@ -75,6 +75,9 @@ def plan_kernels(ops, results, fuse=True):
     inline, views = set(), set()
     for op in reversed(ops):
         if isinstance(op, LEAVES + (Assign,)):
+            continue
+        if op.is_sparse:
+            inline.add(op)          # a sparse dropout: applied per value by every reader
             continue
         readers = users[op]
         root = kernel_of.get(readers[0]) if readers else None

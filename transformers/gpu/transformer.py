@@ -89,6 +89,37 @@ def render_program(kernels, dialect):
         dialect=dialect, fp64=fp64, kernels=parts)
 
 
+class SparseInput:
+    """The device arrays of a sparse placeholder's value, uploaded on each call: its CSR
+    (indptr, indices, data) for X @ W, and its CSC (colptr, rowidx, plus perm, the CSR slot
+    of each CSC slot) for X^T @ D. Buffers grow when a call brings more stored values."""
+
+    PARTS = ("indptr", "indices", "data", "colptr", "rowidx", "perm")
+
+    def __init__(self, transformer, placeholder):
+        self.transformer = transformer
+        self.placeholder = placeholder
+        self.buffers = {}
+
+    def set(self, matrix):
+        num_rows, num_cols = matrix.shape
+        rows = np.repeat(np.arange(num_rows, dtype=np.int32), np.diff(matrix.indptr))
+        perm = np.lexsort((rows, matrix.indices)).astype(np.int32)
+        colptr = np.zeros(num_cols + 1, np.int32)
+        np.cumsum(np.bincount(matrix.indices, minlength=num_cols), out=colptr[1:])
+        arrays = {"indptr": matrix.indptr, "indices": matrix.indices, "data": matrix.data,
+                  "colptr": colptr, "rowidx": rows[perm], "perm": perm}
+        runtime = self.transformer.runtime
+        for part, array in arrays.items():
+            array = np.ascontiguousarray(array, dtype=self.placeholder.dtype
+                                         if part == "data" else np.int32)
+            buffer = self.buffers.get(part)
+            if buffer is None or buffer.nbytes < array.nbytes:
+                buffer = self.buffers[part] = runtime.alloc(max(array.nbytes, 4))
+            if array.nbytes:
+                runtime.write(buffer, 0, array)
+
+
 class GPUKernelGroup:
     """The executor: `kernels` in launch order; called with the parameter values and the
     call number."""
@@ -112,7 +143,8 @@ class GPUKernelGroup:
             tensor.set(value)
         self.transformer.refresh_graphs()
         for kernel, global_size, local_size, bound in self.launches:
-            call_args = [np.uint32(step) if a is None else a for a in bound]
+            call_args = [np.uint32(step) if a is None else
+                         a[0].buffers[a[1]] if isinstance(a, tuple) else a for a in bound]
             runtime.launch(kernel, global_size, local_size, call_args)
         # Assignments land after every kernel, so every read saw the old values; a variable
         # among the results then reads as its new value, as on the NumPy transformer.
@@ -205,7 +237,8 @@ class GPUTransformer(Transformer):
                    for i, nbytes in enumerate(memory.buffer_bytes)]
         for storage in buffers:
             storage.allocate()
-        placeholders = {p: new_tensor(self, p.shape, p.dtype, p.name)
+        placeholders = {p: SparseInput(self, p) if p.is_sparse else
+                        new_tensor(self, p.shape, p.dtype, p.name)
                         for p in computation.parameters}
 
         def tensor_of(op):
@@ -235,6 +268,8 @@ class GPUTransformer(Transformer):
                     bound.append(tensor_of(binding[1]).buffer)
                 elif binding[0] == "graph":
                     bound.append(self.graph_tensor(*binding[1:]).buffer)
+                elif binding[0] == "sparse":
+                    bound.append((placeholders[binding[1]], binding[2]))   # set per call
                 else:
                     bound.append(None)      # the call number, known at launch
             launches.append((built[k.name], k.global_size, k.local_size, bound))
