@@ -301,8 +301,9 @@ class Transformer:
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
         from ngnn.passes import CSE, OperationBatching, RecomputeDropout, SimplePrune
+        from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
-        rewrites = [SimplePrune(), CSE()] if self.optimize else []
+        rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
         # After CSE, which would merge the copies again.
         recompute = [RecomputeDropout()] if self.recompute else []
         return [OperationBatching()] + rewrites + recompute + self.user_passes
@@ -312,11 +313,11 @@ class Transformer:
         from ngnn.passes import BufferSharing
         return self.fusion_passes() + [BufferSharing()]
 
-    def fusion_passes(self):
+    def fusion_passes(self, **options):
         from ngnn.passes import Fusion
         if not self.fusion:
             return []
-        return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute)]
+        return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute, **options)]
 
     def computation(self, results, *parameters, name=None):
         if self.closed:

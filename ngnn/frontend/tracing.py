@@ -9,7 +9,7 @@ import numpy as np
 
 from ..op_graph import Leaf, Maximum, Minimum, Op, ShapeError, as_ops
 from ..op_graph.scopes import EDGE_SET
-from .errors import TracingError, at_user_line
+from ..errors import TracingError, at_user_line
 
 RESERVED = ("innbs", "outnbs", "inedges", "outedges", "indegree", "outdegree")
 PATCHED = ("sum", "max", "min", "zip")

@@ -1,5 +1,5 @@
 """The op-graph: op classes under their CamelCase names (`Add`, `Exp`, `Dot`, ...)."""
-from .op import (Op, Leaf, Placeholder, Variable, Constant, ShapeError, SparseInputError,
+from .op import (Attr, Op, Leaf, Placeholder, Variable, Constant, ShapeError, SparseInputError,
                  ordered_ops, placeholder, variable, constant, as_ops)
 from .elementwise import (ElementWise, UnaryOp, BinaryOp, Add, Subtract, Multiply, Divide,
                           Power, Maximum, Minimum, Comparison, Greater, GreaterEqual, LessEqual,

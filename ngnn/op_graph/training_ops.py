@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 
 from .elementwise import ElementWise
-from .op import Op, ShapeError, Variable, as_ops
+from .op import Attr, Op, ShapeError, Variable, as_ops
 
 _dropout_seeds = itertools.count(1)
 
@@ -25,6 +25,7 @@ class Dropout(ElementWise):
     stored: the gradient is a dropout of the incoming gradient with the same seed, which
     draws the same mask again."""
     is_stateful = True
+    attributes = (Attr("rate"), Attr("seed"))
 
     def __init__(self, x, rate, seed=None, name=None):
         (x,) = as_ops(x)
@@ -35,12 +36,6 @@ class Dropout(ElementWise):
         self.rate = float(rate)
         self.seed = dropout_seed(seed)
         super().__init__([x], shape=x.shape, dtype=x.dtype, name=name)
-
-    def attrs(self):
-        return {"rate": self.rate, "seed": self.seed}
-
-    def with_args(self, args, lead=0):
-        return Dropout(*args, rate=self.rate, seed=self.seed, name=self.name)
 
     def adjoints(self, delta):
         return [Dropout(delta, self.rate, seed=self.seed)]
@@ -60,6 +55,7 @@ def dropout(x, rate, seed=None):
 
 class OneHot(Op):
     """(N,) integer class ids -> (N, C) floats; an id outside [0, C) is an error at run time."""
+    attributes = (Attr("num_classes"), Attr("dtype", printed=False))
 
     def __init__(self, labels, num_classes, dtype=np.float32, name=None):
         (labels,) = as_ops(labels)
@@ -68,12 +64,6 @@ class OneHot(Op):
         self.num_classes = int(num_classes)
         super().__init__([labels], shape=labels.shape + (self.num_classes,), dtype=dtype,
                          name=name)
-
-    def attrs(self):
-        return {"num_classes": self.num_classes}
-
-    def with_args(self, args, lead=0):
-        return OneHot(*args, self.num_classes, self.dtype, name=self.name)
 
     def adjoints(self, delta):
         return [None]

@@ -3,9 +3,10 @@ from .base import GraphPass, PeepholeGraphPass, visit
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
 from .fusion import FusedGroup, Fusion
+from .kernel_planning import KernelGroup, KernelPlanning
 from .operation_batching import OperationBatching
 from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching", "Fusion", "FusedGroup",
-           "BufferSharing", "MemoryPlan", "RecomputeDropout"]
+           "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan", "RecomputeDropout"]

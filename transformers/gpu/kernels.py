@@ -1,9 +1,10 @@
 """GPU kernels: one GPUKernel per planned root op, rendered from the Jinja templates.
 
-`GPUKernelGenerator.generate(root)` dispatches on the root's type (ngraph's
+`GPUKernelGenerator.kernel_for(root, step)` dispatches on the root's type (ngraph's
 `GPUKernelGroup.add_kernel`); every generator reads its inputs through `Block.value`, so
-the producers the plan put inline are fused into the kernel, and ElementWiseKernel (any
-op evaluable per element, plus everything fused into it) is the default.
+the ops the kernel plan inlines are computed in registers, and ElementWiseKernel (any op
+evaluable per element, plus everything inlined into it) is the default. A kernel of a
+fused group is named after it (`fusedGraph3_sum`).
 """
 import numpy as np
 
@@ -12,7 +13,9 @@ from ngnn.naming import Namer, sanitize
 from ngnn import philox
 from ngnn.op_graph import (Aggregate, Concat, Dot, EdgeSoftmax, LogSoftmax, Max, Mean, Min, Op,
                            Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
+from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph.sparse import sparse_source
+from ngnn.passes import KernelGroup
 
 from .expressions import (Block, KernelParams, broadcast_coords, ctype, extreme, flat_index,
                           literal, unravel)
@@ -20,7 +23,7 @@ from .runtime import template_environment
 
 PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softmax",
             "gemm.j2": "gemm", "aggregate.j2": "agg", "edge_softmax.j2": "edge_softmax",
-            "sparse_dot.j2": "spmm"}
+            "edge_map.j2": "edge", "sparse_dot.j2": "spmm"}
 WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
@@ -91,13 +94,43 @@ class GPUKernelGenerator(TypeDispatched):
     def __init__(self, plan):
         self.plan = plan
         self.namer = Namer()
+        self.step = None
+
+    def kernel_for(self, root, step):
+        """The kernel writing `root`, computing what `step` (a KernelGroup, or the root op
+        alone) inlines."""
+        self.step = step
+        group = step.group if isinstance(step, KernelGroup) else None
+        if group is not None and root.scope == "e" and not isinstance(root, EdgeSoftmax):
+            return self.edge_values(root, group)
+        return self.generate(root)
+
+    def edge_values(self, op, group):
+        """An edge value of a fused group, from the group's loop over each vertex's edges."""
+        params = self.params()
+        indptr, eids = self.csr(params, group.graph, group.at)
+        features = op.shape[1:]
+        hoisted = Block(params, indent="        ")
+        block = Block(params, hoisted, indent="            ")
+        block.loop = ("eid", group.graph, group.at, "vertex", hoisted)
+        value = block.compute(op, ["eid"] + unravel("f", features))
+        size = int(np.prod(features, dtype=np.int64))
+        local = pow2_at_most(size, FEATURE_THREADS)
+        fields = {"indptr": indptr, "eids": eids, "features": size, "hoisted": hoisted.text(),
+                  "edge_compute": block.text(), "value": value}
+        return self.kernel(op, "edge_map.j2", fields, params,
+                           (group.graph.num_nodes * local,), (local,))
 
     def params(self):
-        return KernelParams(self.plan, taken=("out",))
+        group = self.step if isinstance(self.step, KernelGroup) else None
+        computed = group.inlined if group else set()
+        return KernelParams(self.plan, computed, taken=("out",))
 
     def kernel(self, op, template, fields, params, global_size, local_size):
         # The template's prefix keeps kernel names clear of C functions (exp, max, ...).
-        name = self.namer(f"{PREFIXES[template]}_{sanitize(op.name or op.op_name)}")
+        group = self.step.group if isinstance(self.step, KernelGroup) else None
+        prefix = group.name if group else PREFIXES[template]
+        name = self.namer(f"{prefix}_{sanitize(op.name or op.op_name)}")
         return GPUKernel(name, op, template, fields, params, global_size, local_size)
 
     @generate.on_type(Op)
@@ -145,7 +178,7 @@ class GPUKernelGenerator(TypeDispatched):
             if isinstance(k, int):
                 tests.append(f"({c}) == {k}")
                 continue
-            last = k.start + k.step * (len(range(k.start, k.stop, k.step)) - 1)
+            last = k.start + k.step * (slice_length(k) - 1)
             low, high = min(k.start, last), max(k.start, last)
             tests.append(f"({c}) >= {low} && ({c}) <= {high}")
             if k.step != 1:

@@ -1,10 +1,11 @@
 """The GPU transformer: each computation becomes one program of kernels over device buffers.
 
-Pipeline per computation (seed 002's design): the graph passes, then `KernelPlanning`
-decides which ops get a kernel and which are fused into their readers, the kernel
-generator renders one GPUKernel per planned root from the templates, the per-kernel memory
-plan assigns buffers, and a GPUKernelGroup (the executor) uploads parameters, launches the
-kernels in order, downloads the results and lands deferred assignments.
+Pipeline per computation (seed 002's design): the graph passes, then Fusion (its groups),
+`KernelPlanning` (one kernel per group output, element-wise producers computed in the
+registers of the kernel that reads them) and BufferSharing (the buffers, as for NumPy);
+this transformer only lowers that plan: the kernel generator renders one GPUKernel per
+planned root from the templates, and a GPUKernelGroup (the executor) uploads parameters,
+launches the kernels in order, downloads the results and lands deferred assignments.
 
 Layout ops: a Reshape that is not fused is a view (same buffer, same row-major order);
 Transpose, Broadcast and Slice never get storage of their own unless they are results:
@@ -15,10 +16,10 @@ from functools import lru_cache
 import numpy as np
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
+from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning
 
 from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
 from .kernels import GPUKernelGenerator
-from .planning import KernelPlanning, plan_memory
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 
 GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
@@ -87,6 +88,16 @@ def render_program(kernels, dialect):
               "text": k.render(dialect)} for k in kernels]
     return template_environment().get_template("program.j2").render(
         dialect=dialect, fp64=fp64, kernels=parts)
+
+
+def kernel_roots(step):
+    """The ops a step launches a kernel for: a kernel group's outputs, or an op that is a
+    kernel by itself (anything but a leaf, a view or an assignment)."""
+    if isinstance(step, KernelGroup):
+        return step.outputs
+    if isinstance(step, (Placeholder, Variable, Constant, Assign, Reshape)):
+        return []
+    return [step]
 
 
 class SparseInput:
@@ -189,10 +200,13 @@ class GPUTransformer(Transformer):
         return isinstance(op, Reshape)
 
     def late_passes(self):
-        # Fusion only records its groups here (comp.fusion_groups, shown in the IR): the
-        # kernel plan fuses by itself, through index expressions; fusion=False gives one
-        # kernel per op.
-        return self.fusion_passes() + [KernelPlanning(fuse=self.fusion)]
+        # Every graph op runs inside a group's kernels, lone ones in groups of their own;
+        # fusion=False gives one kernel per op.
+        return self.fusion_passes(single_ops=True, vertex_gathers=True) + \
+            [KernelPlanning(inline=self.fusion), BufferSharing()]
+
+    def inplace_ok(self, op):
+        return False      # kernel arguments are declared restrict: never out and in at once
 
     def allocate_variable(self, variable):
         return new_tensor(self, variable.shape, variable.dtype, variable.name)
@@ -228,11 +242,10 @@ class GPUTransformer(Transformer):
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
         generator = GPUKernelGenerator(plan)
-        kernels = [generator.generate(root) for root in plan.kernels]
+        kernels = [generator.kernel_for(root, step) for step in plan.steps
+                   for root in kernel_roots(step)]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
-        memory = plan_memory(plan, {k.op: k.inputs for k in kernels}, computation.results,
-                             [a.args[1] for a in assigns])
-        computation.memory_plan = memory
+        memory = computation.memory_plan
         buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
                    for i, nbytes in enumerate(memory.buffer_bytes)]
         for storage in buffers:
@@ -251,6 +264,8 @@ class GPUTransformer(Transformer):
                 tensor = self.variable_tensor(base)
             elif isinstance(base, Constant):
                 tensor = self.constant_tensor(base)
+            elif base in memory.into_variable:     # an update written in place
+                tensor = self.variable_tensor(memory.into_variable[base])
             else:
                 tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
             return tensor.view(op.shape)
@@ -279,6 +294,7 @@ class GPUTransformer(Transformer):
         computation.executor = GPUKernelGroup(
             self, kernels, launches, [placeholders[p] for p in computation.parameters],
             [tensor_of(r) for r in computation.results],
-            [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns],
+            [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns
+             if plan.base(a.args[1]) not in memory.into_variable],
             label_checks)
         computation._source = source

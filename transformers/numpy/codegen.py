@@ -14,13 +14,13 @@ generate_op = on_type
 
 
 def template_fields(op, out, args, shape=None):
-    """What an op's `numpy` template may mention: {out}, {x}, {y}, {xs} and attributes."""
-    fields = {"out": out, "xs": ", ".join(args), "shape": shape or op.shape}
+    """What an op's `numpy` template may mention: {out}, {x}, {y}, {xs} and the op's
+    declared attributes by field name."""
+    fields = {a.field: getattr(op, a.field) for a in op.attributes}
+    if "key" in fields:
+        fields["key"] = format_index(fields["key"])
+    fields.update(out=out, xs=", ".join(args), shape=shape or op.shape)
     fields.update(zip(("x", "y"), args))
-    for key in ("axes", "axis", "key"):
-        if hasattr(op, key):
-            value = getattr(op, key)
-            fields[key] = format_index(value) if key == "key" else value
     return fields
 
 
