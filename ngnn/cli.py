@@ -73,9 +73,24 @@ def make_trainer(args, data, seed, transformer=None):
                                   seed=seed, normalize=args.normalize_features,
                                   transformer=transformer,
                                   sparse=SPARSE_CHOICES[args.sparse_features])
+    minibatch = {key: getattr(args, key, None)
+                 for key in ("batch_size", "fanouts", "eval_fanouts")}
     return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
                    normalize=args.normalize_features, transformer=transformer,
-                   sparse=SPARSE_CHOICES[args.sparse_features])
+                   sparse=SPARSE_CHOICES[args.sparse_features], **minibatch)
+
+
+def fanout_list(text):
+    """"15,10" -> [15, 10]; -1 stands for every in-edge."""
+    try:
+        fanouts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints such as 15,10, got "
+                                         f"{text!r}") from None
+    if any(f < 1 and f != -1 for f in fanouts):
+        raise argparse.ArgumentTypeError(f"fanouts must be positive or -1 (every in-edge), "
+                                         f"got {text!r}")
+    return fanouts
 
 
 def distributed(args):
@@ -90,6 +105,9 @@ def _is_root(args):
 def attach_part(args, data):
     """Under --partition / --partition-dir: this rank's part, and a line describing it."""
     from ngnn.distributed import launch
+    if getattr(args, "batch_size", None) or getattr(args, "eval_fanouts", None):
+        raise ValueError("distributed training is full-graph: --partition and "
+                         "--partition-dir do not combine with --batch-size or --eval-fanouts")
     args.part = launch.local_part(data, args.partition, args.partition_dir)
     print(launch.describe(args.part))
 
@@ -106,7 +124,9 @@ def cmd_train(args):
           f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
           f"up to {args.epochs} epochs" +
           (f" (patience {args.patience})" if args.patience else "") +
-          f", backend {args.backend}")
+          f", backend {args.backend}" +
+          (f", minibatches of {args.batch_size or 512} with fanouts "
+           f"{args.fanouts or 'all'}" if args.batch_size or args.fanouts else ""))
     if args.plot:
         from ngnn import plots
         plots.format_of(args.plot)       # a bad file name fails now, not after training
@@ -378,6 +398,14 @@ def make_parser():
                        "naming the op and its line (slower; docs/errors.md)")
     train.add_argument("--plot", metavar="FILE",
                        help="draw loss and train/val accuracy per epoch (.png, .svg, .pdf)")
+    minibatch = train.add_argument_group("minibatches (ngnn.sampling)")
+    minibatch.add_argument("--batch-size", type=integer(1),
+                           help="train from sampled minibatches of this many seeds")
+    minibatch.add_argument("--fanouts", type=fanout_list, metavar="F1,F2,...",
+                           help="in-edges sampled per vertex for each layer, first to last "
+                                "(-1: all; default all)")
+    minibatch.add_argument("--eval-fanouts", type=fanout_list, metavar="F1,F2,...",
+                           help="evaluate from sampled batches (default: the full graph)")
     _add_distributed_options(train)
     train.set_defaults(func=cmd_train)
 

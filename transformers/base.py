@@ -124,6 +124,7 @@ class Computation:
             self._record(type(late_pass).__name__, self.steps)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
         self.transformer.transform_ordered_ops(self)
+        self.transformer.compilations += 1
         self.transformed = True
 
     def _snapshot_assigned_variables(self):
@@ -346,6 +347,7 @@ class Transformer:
         self.computations = []
         self.variable_tensors = {}     # Variable -> DeviceTensor
         self.initialized_variables = set()
+        self.compilations = 0          # programs generated so far (init computations too)
         self.closed = False
 
     def graph_passes(self):

@@ -80,7 +80,7 @@ class ZoomOut(Op):
 
     def __init__(self, value):
         # An explicit scope skips the open-context check: zoomOut runs after the context.
-        super().__init__([value], shape=(value.zoom.graph.num_nodes,) + value.shape,
+        super().__init__([value], shape=(value.zoom.graph.num_dst,) + value.shape,
                          dtype=value.dtype, scope="v")
         self.context = value.zoom
         self.scope, self.zoom = None, None
@@ -139,6 +139,10 @@ class Neighbours:
 
     def __iter__(self):
         self.context.check_open()
+        if self.edge_set == "outedge" and self.context.graph.is_block:
+            raise TracingError(at_user_line(
+                "v.outnbs / v.outedges: the graph is a block (num_dst < num_nodes), which holds "
+                "the in-edges of its destination vertices only; use v.innbs / v.inedges"))
         yield self.proxy
 
     def __len__(self):

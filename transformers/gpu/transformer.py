@@ -205,6 +205,7 @@ class GPUKernelGroup:
             check_labels(values[index], classes)
         for tensor, value in zip(self.parameters, values):
             tensor.set(value)
+        self.transformer.refresh_graphs()
         # Checks of a launch's output (computed class ids, debug_nans) run right after it,
         # while its inputs are intact and before any assignment lands.
         for kernel, global_size, local_size, bound, checks in self.launches:
@@ -261,6 +262,7 @@ class GPUTransformer(Transformer):
         self.constant_tensors = {}
         self.graph_tensors = {}
         self.storages = []       # every allocation, freed by close()
+        self.uploaded_versions = {}     # (GraphSlot, attribute) -> version on the device
 
     def is_view(self, op):
         return isinstance(op, Reshape)
@@ -286,12 +288,15 @@ class GPUTransformer(Transformer):
         return self.constant_tensors[op]
 
     def graph_tensor(self, graph, attribute):
-        """A graph's index array on the device, as int32 (uploaded once per graph)."""
+        """A graph's index array on the device, as int32 (uploaded once per graph, and again
+        when a GraphSlot has been loaded with new edges: see refresh_graphs)."""
         key = (graph, attribute)
         if key not in self.graph_tensors:
             array = np.asarray(getattr(graph, attribute))
             self.graph_tensors[key] = new_tensor(self, array.shape, np.int32, attribute)
             self.graph_tensors[key].set(array.astype(np.int32))
+            if graph.varies:
+                self.uploaded_versions[key] = graph.version
         return self.graph_tensors[key]
 
     def allocation_requests(self, computation, kernels, memory):
@@ -321,6 +326,14 @@ class GPUTransformer(Transformer):
             for comp in self.computations:
                 comp.executor = None
         super().close()
+    def refresh_graphs(self):
+        """Uploads the index arrays of slots loaded since their last upload (same sizes,
+        same device buffers, so the compiled kernels stay valid)."""
+        for key, version in self.uploaded_versions.items():
+            graph, attribute = key
+            if graph.version != version:
+                self.graph_tensors[key].set(np.asarray(getattr(graph, attribute), np.int32))
+                self.uploaded_versions[key] = graph.version
 
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
