@@ -141,10 +141,10 @@ def fail():
     rank = dist.world().Get_rank()
     original = dist.DistributedTrainer.step
 
-    def step(self):
+    def step(self, progress=False):
         if rank == 1 and self.train_step.calls == 2:
             raise RuntimeError("injected failure in the third training step")
-        return original(self)
+        return original(self, progress)
 
     dist.DistributedTrainer.step = step
     return cli.main(["train", "--dataset", "cora", "--partition", "cvc", "--epochs", "200",

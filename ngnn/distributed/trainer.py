@@ -51,6 +51,7 @@ class DistributedTrainer(Trainer):
         self.counts = {s: int(np.asarray(getattr(data, s + "_mask"), bool).sum())
                        for s in SPLITS}
         self.transformer = transformer or ngt.make_transformer(backend)
+        self.minibatches = None       # full-graph training only
 
         n = nodes.shape[0]
         self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
@@ -105,7 +106,7 @@ class DistributedTrainer(Trainer):
         return -Sum(picked * weight) / count
 
     # ---- training and metrics, over all ranks ----------------------------------------------
-    def step(self):
+    def step(self, progress=False):
         outputs = self.train_step(self.features, self.labels, self.masks["train"])
         return float(self.exchange.sum([outputs[0]])[0])
 
