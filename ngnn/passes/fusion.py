@@ -207,7 +207,8 @@ def add_recompute(group, groups, limit):
     edge-side ancestry is short, made only of gathers and element-wise ops, and nowhere
     wider than the value itself: recomputing then reads no more per edge than loading the
     stored value would (GAT's attention logits, (E, H, 1) from (N, H, 1) gathers, are
-    recomputed; a per-head dot product over gathered (E, H, F) features is stored)."""
+    recomputed; a per-head dot product over gathered (E, H, F) features is stored). Edge
+    values stored outside groups are leaves of the chain."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
@@ -235,10 +236,9 @@ def _recompute_chain(op, owner, limit):
         if len(chain) > limit:
             return None
         if not isinstance(x, Gather):
+            # Edge values made outside every group (dropout masks, edge inputs) are stored
+            # anyway: the chain reads them as they are.
             stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None)
-            if any(a.scope == "e" and owner.get(a) is None and not isinstance(a, Gather)
-                   for a in x.args):
-                return None
     return chain
 
 
