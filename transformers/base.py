@@ -229,19 +229,22 @@ class Transformer:
     passes (SimplePrune, CSE), so the graph runs as traced; fusion=False turns fusion off;
     recompute=False stores every edge value the backward needs instead of recomputing it
     inside fused groups, max_recompute bounds the ops recomputed for one value;
-    check_finite=False skips the NaN/Inf check of arguments."""
+    check_finite=False skips the NaN/Inf check of arguments; aggregate_transform_order=False
+    keeps every aggregation and matrix product in the order the model wrote them."""
 
     name = None
     computation_class = Computation
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
-                 max_recompute=16, check_finite=True, **options):
+                 max_recompute=16, check_finite=True, aggregate_transform_order=True,
+                 **options):
         self.user_passes = list(passes or [])
         self.optimize = optimize
         self.fusion = fusion
         self.recompute = recompute
         self.max_recompute = max_recompute
         self.check_finite = check_finite
+        self.aggregate_transform_order = aggregate_transform_order
         self.options = options
         self.computations = []
         self.variable_tensors = {}     # Variable -> DeviceTensor
@@ -250,9 +253,11 @@ class Transformer:
 
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
-        from ngnn.passes import CSE, OperationBatching, SimplePrune
+        from ngnn.passes import AggregateTransformOrder, CSE, OperationBatching, SimplePrune
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
         rewrites = [SimplePrune(), CSE()] if self.optimize else []
+        if self.optimize and self.aggregate_transform_order:
+            rewrites += [AggregateTransformOrder(), CSE()]   # CSE: chains it made twice
         return [OperationBatching()] + rewrites + self.user_passes
 
     def late_passes(self):

@@ -1,4 +1,5 @@
 """Graph passes: one pass per module."""
+from .aggregate_transform_order import AggregateTransformOrder
 from .base import GraphPass, PeepholeGraphPass, visit
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
@@ -6,5 +7,5 @@ from .fusion import FusedGroup, Fusion
 from .operation_batching import OperationBatching
 from .simple_prune import SimplePrune
 
-__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching", "Fusion", "FusedGroup",
+__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching", "AggregateTransformOrder", "Fusion", "FusedGroup",
            "BufferSharing", "MemoryPlan"]
