@@ -257,7 +257,7 @@ class Transformer:
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
         rewrites = [SimplePrune(), CSE()] if self.optimize else []
         if self.optimize and self.aggregate_transform_order:
-            rewrites += [AggregateTransformOrder(), CSE()]   # CSE: chains it made twice
+            rewrites.append(AggregateTransformOrder())
         return [OperationBatching()] + rewrites + self.user_passes
 
     def late_passes(self):

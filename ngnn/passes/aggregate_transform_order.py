@@ -20,6 +20,7 @@ never computes a value twice.
 """
 from ..op_graph import Aggregate, Divide, Dot, Gather, Multiply, Transpose, ordered_ops
 from .base import GraphPass
+from .cse import CSE
 
 SCALES = (Multiply, Divide)
 
@@ -30,7 +31,8 @@ class AggregateTransformOrder(GraphPass):
     def do_pass(self, computation):
         for _ in range(self.max_rounds):
             if not self.rewrite_one(computation):
-                return
+                break
+        CSE().do_pass(computation)      # a transposed chain may repeat one that exists
 
     def rewrite_one(self, computation):
         ops = ordered_ops(computation.results)
