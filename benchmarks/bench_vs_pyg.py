@@ -42,6 +42,7 @@ import time
 import numpy as np
 
 DATASETS = ("cora", "citeseer", "coauthor_cs", "rmat100k")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 RMAT = dict(num_nodes=100_000, avg_degree=16, num_features=64, num_classes=8)
 
 
@@ -216,7 +217,10 @@ def spawn(side, dataset, model, args):
     command = [sys.executable, os.path.abspath(__file__), "--worker", side, "--datasets",
                dataset, "--models", model, "--warmup", str(args.warmup), "--epochs",
                str(args.epochs)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    env = dict(os.environ)
+    if args.threads:
+        env.update({name: str(args.threads) for name in THREAD_VARIABLES})
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
@@ -240,6 +244,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="processes per side and case")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=10, help="timed epochs per process")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for BLAS and torch on both sides (default: their own)")
     parser.add_argument("--worker", choices=("ngnn", "pyg", "pyg-csr"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -247,7 +253,8 @@ def main():
 
     has_pyg = pyg_available()
     print(f"PyG: {'torch and torch_geometric found' if has_pyg else 'not installed (pip install torch torch_geometric): ngnn alone'}")
-    print(f"{args.rounds} round(s) of one process per side, {args.warmup} warm-up and "
+    print(f"threads: {args.threads or 'library defaults'}; "
+          f"{args.rounds} round(s) of one process per side, {args.warmup} warm-up and "
           f"{args.epochs} timed epochs each; times are the best round's median, memory the "
           "largest peak RSS (MiB; in brackets above the process's memory before the model)")
     print("| dataset | model | ngnn features | ngnn step ms | ngnn epoch ms | ngnn peak MiB | "

@@ -253,11 +253,14 @@ class Transformer:
 
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
-        from ngnn.passes import AggregateTransformOrder, CSE, OperationBatching, SimplePrune
+        from ngnn.passes import (AggregateTransformOrder, CSE, FactorProducts,
+                                 OperationBatching, SimplePrune)
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
         rewrites = [SimplePrune(), CSE()] if self.optimize else []
         if self.optimize and self.aggregate_transform_order:
             rewrites.append(AggregateTransformOrder())
+        if self.optimize:
+            rewrites.append(FactorProducts())
         return [OperationBatching()] + rewrites + self.user_passes
 
     def late_passes(self):
