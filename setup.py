@@ -26,6 +26,11 @@ setup(
         "opencl": ["pyopencl>=2022.1"],
         "cuda": ["pycuda>=2022.1"],
         "mpi": ["mpi4py>=3.1", "mpich"],
+        # Pictures of the IR (Graphviz's `dot` program too: Debian package graphviz) and
+        # plots of training and benchmarks.
+        "viz": ["graphviz>=0.20", "matplotlib>=3.7"],
+        # The documentation site: mkdocs build --strict over docs/.
+        "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
     },
     entry_points={"console_scripts": ["ngnn=ngnn.cli:main"]},
 )

@@ -3,6 +3,7 @@
     ngnn train --model gat --dataset cora --runs 5
     ngnn datasets
     ngnn show-ir --model gcn --dataset cora
+    ngnn show-ir --model gat --dataset cora --format png --out gat.png
     ngnn bench --model gcn --dataset cora --epochs 20
 """
 import argparse
@@ -76,7 +77,10 @@ def cmd_train(args):
           f"up to {args.epochs} epochs" +
           (f" (patience {args.patience})" if args.patience else "") +
           f", backend {args.backend}")
-    vals, tests, epoch_times = [], [], []
+    if args.plot:
+        from ngnn import plots
+        plots.format_of(args.plot)       # a bad file name fails now, not after training
+    vals, tests, epoch_times, histories = [], [], [], []
     for run in range(args.runs):
         seed = args.seed + run
         trainer = make_trainer(args, data, seed)
@@ -89,6 +93,7 @@ def cmd_train(args):
                 trainer.save(_run_path(args.save, run, args.runs))
         finally:
             trainer.transformer.close()
+        histories.append(history)
         vals.append(100 * result["val"])
         tests.append(100 * result["test"])
         timing = ""
@@ -102,6 +107,9 @@ def cmd_train(args):
               f"(training step + evaluation, first epoch excluded)")
     print(f"val accuracy: {np.mean(vals):.1f} ± {np.std(vals):.1f}")
     print(f"test accuracy: {np.mean(tests):.1f} ± {np.std(tests):.1f} ({args.runs} runs)")
+    if args.plot:
+        plots.training_curves(histories, args.plot, title=f"{args.model} on {data.name}")
+        print(f"training curves written to {args.plot}")
     return 0
 
 
@@ -131,10 +139,22 @@ def cmd_datasets(args):
 
 
 def cmd_show_ir(args):
+    if args.out is None and (args.format or args.collapse or args.forward or args.layer):
+        print("ngnn show-ir: --format, --collapse, --forward and --layer draw a picture; "
+              "give its file with --out", file=sys.stderr)
+        return 2
+    if args.out is not None:
+        from ngnn.op_graph import picture
+        picture.format_of(args.out, args.format)   # a bad name fails before compiling
     data = load_dataset(args)
     trainer = make_trainer(args, data, args.seed)
     comp = trainer.train_step if args.computation == "train" else trainer.evaluate_logits
     comp.transform()
+    if args.out is not None:
+        try:
+            return _draw_ir(args, trainer, comp)
+        finally:
+            trainer.transformer.close()
     history = comp.ir_history
     if args.only:
         names = [name for name, _ in history]
@@ -151,14 +171,45 @@ def cmd_show_ir(args):
     return 0
 
 
+def _draw_ir(args, trainer, comp):
+    passes = [name for name, _ in comp.ir_snapshots]
+    if args.only and args.only not in passes:
+        print(f"ngnn show-ir: no pass named {args.only!r}; passes run: {', '.join(passes)}",
+              file=sys.stderr)
+        return 2
+    layer = None
+    if args.layer:
+        layers = dict(trainer.model.layers)
+        if args.layer not in layers:
+            print(f"ngnn show-ir: model {args.model} has no layer {args.layer!r}; its layers: "
+                  f"{', '.join(layers)}", file=sys.stderr)
+            return 2
+        layer = layers[args.layer].parameters()
+    path = comp.draw(args.out, after=args.only, format=args.format, collapse=args.collapse,
+                     forward=args.forward, layer=layer)
+    groups = len(comp.snapshot(args.only).groups)
+    print(f"IR of {comp.name} after {args.only or passes[-1]} ({groups} fused groups) "
+          f"drawn to {path}")
+    return 0
+
+
 def cmd_bench(args):
     from ngnn import transformers as ngt
     data = load_dataset(args)
     print(data.summary())
+    if args.plot:
+        from ngnn import plots
+        plots.format_of(args.plot)
     backends = [args.backend] if args.backend else ngt.transformer_choices()
-    for backend in backends:
+    # Each configuration is a backend with fusion on, and with --unfused also off.
+    configurations = [(backend, fusion) for backend in backends
+                      for fusion in ((True, False) if args.unfused else (True,))]
+    rows = []
+    for backend, fusion in configurations:
         args.backend = backend
-        trainer = make_trainer(args, data, args.seed)
+        label = backend if fusion else f"{backend}, no fusion"
+        trainer = make_trainer(args, data, args.seed,
+                               transformer=ngt.make_transformer(backend, fusion=fusion))
         start = time.perf_counter()
         trainer.step()
         trainer.predict()
@@ -166,10 +217,17 @@ def cmd_bench(args):
         trainer.fit(args.epochs, progress=False)
         per_epoch = trainer.time_per_epoch()
         step = np.mean([record["step_time"] for record in trainer.history[1:]])
+        peak = trainer.train_step.memory_plan.peak_bytes
         trainer.transformer.close()
-        print(f"{args.model} on {data.name}, {backend}: {1000 * per_epoch:.1f} ms/epoch "
+        rows.append({"label": label, "ms_per_epoch": 1000 * per_epoch,
+                     "step_ms": 1000 * step, "peak_bytes": peak})
+        print(f"{args.model} on {data.name}, {label}: {1000 * per_epoch:.1f} ms/epoch "
               f"(training step {1000 * step:.1f} ms), first epoch with compilation "
-              f"{first:.1f} s")
+              f"{first:.1f} s, peak intermediate memory {peak / 2 ** 20:.1f} MiB")
+    if args.plot:
+        plots.bench_bars(rows, args.plot, title=f"{args.model} on {data.name}, "
+                         f"{args.epochs} epochs")
+        print(f"benchmark plot written to {args.plot}")
     return 0
 
 
@@ -214,6 +272,8 @@ def make_parser():
     train.add_argument("--runs", type=int, default=1)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--save", metavar="PATH", help="save the trained weights (.npz)")
+    train.add_argument("--plot", metavar="FILE",
+                       help="draw loss and train/val accuracy per epoch (.png, .svg, .pdf)")
     train.set_defaults(func=cmd_train)
 
     listing = sub.add_parser("datasets", help="list the embedded datasets")
@@ -224,7 +284,19 @@ def make_parser():
     _add_model_options(show, datasets)
     show.add_argument("--backend", choices=backends, default="numpy")
     show.add_argument("--computation", choices=("train", "eval"), default="train")
-    show.add_argument("--only", metavar="PASS", help="print only the IR after this pass")
+    show.add_argument("--only", metavar="PASS", help="print (or draw) only the IR after "
+                      "this pass; a picture defaults to the last pass")
+    picture = show.add_argument_group("pictures (need Graphviz)")
+    picture.add_argument("--out", metavar="FILE", help="draw the op-graph to FILE instead "
+                         "of printing it: fused groups as boxes, stored values marked")
+    picture.add_argument("--format", choices=("dot", "svg", "png", "pdf"),
+                         help="picture format (default: FILE's extension)")
+    picture.add_argument("--collapse", action="store_true",
+                         help="draw each fused group as a single box")
+    picture.add_argument("--forward", action="store_true",
+                         help="draw only the forward ops (not the gradient and the updates)")
+    picture.add_argument("--layer", metavar="NAME",
+                         help="draw only the forward ops of one layer (conv1, conv2, ...)")
     show.set_defaults(func=cmd_show_ir)
 
     bench = sub.add_parser("bench", help="time per epoch on each backend")
@@ -232,6 +304,10 @@ def make_parser():
     bench.add_argument("--backend", choices=ngt.transformer_choices(),
                        help="one backend (default: every backend that runs here)")
     bench.add_argument("--epochs", type=int, default=20)
+    bench.add_argument("--unfused", action="store_true",
+                       help="also time each backend with fusion off")
+    bench.add_argument("--plot", metavar="FILE", help="draw time per epoch and peak memory "
+                       "per backend and configuration (.png, .svg, .pdf)")
     bench.set_defaults(func=cmd_bench)
     return parser
 
@@ -256,7 +332,7 @@ def main(argv=None):
         if hasattr(args, "model"):
             _fill_defaults(args)
         return args.func(args)
-    except (ValueError, RuntimeError, OSError) as err:
+    except (ValueError, RuntimeError, OSError, ImportError) as err:
         print(f"ngnn {args.command}: error: {err}", file=sys.stderr)
         return 1
 

@@ -75,7 +75,8 @@ def _grouped(keys, num_nodes):
 class Graph:
     """A directed multigraph with ``num_nodes`` vertices and ``num_edges`` edges.
 
-    Build one with ``from_edges``, ``from_scipy`` or ``from_networkx``. Arrays are int64 and
+    Build one with ``from_edges``, ``from_scipy``, ``from_networkx``, ``from_edge_index``
+    (PyTorch Geometric) or ``from_dgl``. Arrays are int64 and
     read-only; graphs are compared by identity (ops hold them as attributes), and ``fingerprint``
     identifies the structure for caches. Self-loops, multi-edges and isolated vertices are allowed.
     """
@@ -158,6 +159,39 @@ class Graph:
         src = np.repeat(rows, counts)
         dst = np.repeat(matrix.indices.astype(np.int64), counts)
         return cls(src, dst, len(nodes))
+
+    @classmethod
+    def from_edge_index(cls, edge_index, num_nodes=None):
+        """Graph from PyTorch Geometric's (2, E) ``edge_index``: edge ``i`` goes
+        ``edge_index[0, i] -> edge_index[1, i]``. Takes a NumPy array, a torch tensor or
+        anything with ``__array__`` (ngnn does not import torch). ``num_nodes`` defaults to
+        max id + 1."""
+        from ngnn.foreign import to_numpy
+
+        index = to_numpy(edge_index, "edge_index")
+        if index.ndim != 2 or index.shape[0] != 2:
+            hint = "; transpose it (an (E, 2) list of pairs)" \
+                if index.ndim == 2 and index.shape[1] == 2 else ""
+            raise ValueError(f"edge_index must have shape (2, E), got {index.shape}{hint}")
+        return cls(_as_ids(index[0], "edge_index[0]"), _as_ids(index[1], "edge_index[1]"),
+                   num_nodes)
+
+    @classmethod
+    def from_dgl(cls, graph):
+        """Graph from a homogeneous DGL graph, with DGL's edge ids and node count. ngnn
+        reads ``graph.edges()`` and ``graph.num_nodes()`` and does not import DGL."""
+        from ngnn.foreign import to_numpy
+
+        for method in ("edges", "num_nodes"):
+            if not callable(getattr(graph, method, None)):
+                raise ValueError(f"from_dgl needs a DGL graph (with .{method}()), got "
+                                 f"{type(graph).__name__}")
+        if getattr(graph, "is_homogeneous", True) is False:
+            raise ValueError("from_dgl needs a homogeneous DGL graph (one node and one edge "
+                             "type); convert a heterograph with dgl.to_homogeneous first")
+        src, dst = graph.edges(order="eid")
+        return cls(_as_ids(to_numpy(src, "DGL edges()[0]"), "src"),
+                   _as_ids(to_numpy(dst, "DGL edges()[1]"), "dst"), int(graph.num_nodes()))
 
     @functools.cached_property
     def in_to_out(self):

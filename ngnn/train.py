@@ -124,8 +124,10 @@ class Trainer:
             logits = self.predict()
             val_acc = accuracy(logits, labels, val_mask)
             val_loss = cross_entropy(logits, labels, val_mask)
-            self.history.append({"epoch": epoch, "loss": loss, "val_acc": val_acc,
-                                 "val_loss": val_loss, "step_time": step_time,
+            train_acc = accuracy(logits, labels, self.data.train_mask)
+            self.history.append({"epoch": epoch, "loss": loss, "train_acc": train_acc,
+                                 "val_acc": val_acc, "val_loss": val_loss,
+                                 "step_time": step_time,
                                  "epoch_time": time.perf_counter() - start})
             bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.3f}")
             if not np.isfinite(loss):

@@ -11,6 +11,7 @@ transformed on first use, and variables it introduces are initialized then.
 import numpy as np
 
 from ngnn.op_graph import Assign, Cast, Constant, Op, Placeholder, Variable, ordered_ops
+from ngnn.op_graph.picture import Snapshot
 from ngnn.op_graph.printer import IRNames, format_ir
 
 
@@ -75,6 +76,7 @@ class Computation:
         self.name = name or "computation"
         self.transformed = False
         self.ir_history = []          # (pass name, IR text) after each pass
+        self.ir_snapshots = []        # (pass name, picture.Snapshot) after each pass
         self._memory_plan = None
         self.ordered_ops = None
         self.executor = None
@@ -130,7 +132,10 @@ class Computation:
 
     def _record(self, pass_name, steps=None):
         steps = ordered_ops(self.results) if steps is None else steps
-        self.ir_history.append((pass_name, self._format_ir(steps)))
+        names = IRNames()     # shared, so the picture names values as the text does
+        self.ir_history.append((pass_name, self._format_ir(steps, names)))
+        self.ir_snapshots.append(
+            (pass_name, Snapshot(self.name, steps, self.results, self.parameters, names)))
 
     def _check_parameters(self):
         needed = [op for op in self.ordered_ops if isinstance(op, Placeholder)]
@@ -145,8 +150,9 @@ class Computation:
                                  "argument of another op")
 
     # ---- inspection ----------------------------------------------------------------------
-    def _format_ir(self, steps):
-        return format_ir(self.name, steps, self.results, self.parameters, names=IRNames())
+    def _format_ir(self, steps, names=None):
+        return format_ir(self.name, steps, self.results, self.parameters,
+                         names=names or IRNames())
 
     @property
     def ir(self):
@@ -162,6 +168,33 @@ class Computation:
                 return text
         raise KeyError(f"no pass named {pass_name!r}; passes run: "
                        f"{[name for name, _ in self.ir_history]}")
+
+    def draw(self, path, after=None, format=None, collapse=False, forward=False, layer=None):
+        """Draws the op-graph after the pass `after` (default: the last one) to `path`.
+
+        The format is `format` or the extension of `path`: "png", "svg", "pdf" or "dot"
+        (Graphviz source). Each fused group is a box around its ops; edge-scoped values
+        are orange, node-scoped ones blue, and stored edge values have a double border.
+        `collapse=True` draws each group as one box, `forward=True` only the forward ops,
+        and `layer=[variables]` the forward ops of the layer that owns those variables.
+        Needs the `graphviz` package and, except for "dot", Graphviz's `dot` program.
+        Returns the path written."""
+        from ngnn.op_graph.picture import render, to_dot
+        snapshot = self.snapshot(after)
+        title = f"{self.name} after {after or self.ir_snapshots[-1][0]}"
+        dot = to_dot(snapshot, collapse=collapse, forward=forward, layer=layer, title=title)
+        return render(dot, path, format)
+
+    def snapshot(self, after=None):
+        """The op-graph's structure after the named pass (default: the last one)."""
+        self.transform()
+        if after is None:
+            return self.ir_snapshots[-1][1]
+        for name, snapshot in self.ir_snapshots:
+            if name == after:
+                return snapshot
+        raise KeyError(f"no pass named {after!r}; passes run: "
+                       f"{[name for name, _ in self.ir_snapshots]}")
 
     @property
     def memory_plan(self):

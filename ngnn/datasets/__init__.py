@@ -6,6 +6,8 @@ See docs/datasets.md for what is embedded, where it came from and how to cite it
 from ngnn.datasets.dataset import Dataset
 from ngnn.datasets.edge_list import load_edge_list
 from ngnn.datasets.embedded import info, load, names
+from ngnn.datasets.interop import from_dgl, from_pyg
 from ngnn.datasets.synthetic import synthetic
 
-__all__ = ["Dataset", "load", "names", "info", "load_edge_list", "synthetic"]
+__all__ = ["Dataset", "load", "names", "info", "load_edge_list", "synthetic", "from_pyg",
+           "from_dgl"]
