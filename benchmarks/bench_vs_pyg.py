@@ -100,6 +100,8 @@ def dense_features(data, normalize):
 # ---- the ngnn side ------------------------------------------------------------------------
 
 def run_ngnn(name, model_name, warmup, epochs):
+    import scipy.sparse
+
     import ngnn as ng
     from ngnn import nn, optim
     from ngnn.train import Trainer
@@ -115,7 +117,7 @@ def run_ngnn(name, model_name, warmup, epochs):
         optimizer = optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     trainer = Trainer(model, data, optimizer, normalize=normalize)
     sparse_api = "sparse" in inspect.signature(ng.placeholder).parameters
-    sparse = bool(getattr(trainer.x, "sparse", False))
+    sparse = scipy.sparse.issparse(trainer.features)      # what the step is fed
     for _ in range(warmup):
         trainer.step()
         trainer.predict()
