@@ -97,7 +97,7 @@ def main():
     for size in (int(s) for s in args.sizes.split(",")):
         data = datasets.synthetic("rmat", size, DEGREE, IN_FEATS, GCN_OUT, seed=0)
         graph = data.graph.add_self_loops()
-        features = data.features.astype(np.float32)
+        features = data.dense_features()
         label_values = data.labels
         for model in args.models.split(","):
             fused = measure(model, graph, features, label_values, True, args.repeats)

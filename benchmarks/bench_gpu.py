@@ -9,8 +9,10 @@ of --repeat), host peak memory during the calls (tracemalloc: the GPU transforme
 memory is not host memory; its intermediate buffers are `memory_plan.peak_bytes`), and for
 the GPU the global-memory bytes its kernels read and write per call, from the kernel plan,
 against the same computation planned with fusion=False (one kernel per op): the traffic
-fusion removes, which is what a GPU's speed follows. --kernels lists the bytes of every
-graph kernel (a kernel with an edge loop) of the fused plans.
+fusion removes, which is what a GPU's speed follows, split into the forward (kernels
+computing what the loss depends on) and the backward. Both backends also report how many
+edge tensors their memory plan stores. --kernels lists the bytes of every graph kernel (a
+kernel with an edge loop) of the fused plans.
 """
 import argparse
 import time
@@ -21,6 +23,7 @@ import numpy as np
 import ngnn as ng
 from ngnn import datasets, nn
 from ngnn import transformers as ngt
+from ngnn.op_graph import ordered_ops
 
 FEATURES, CLASSES = 64, 8
 MODELS = {
@@ -61,7 +64,16 @@ def measure(transformer, results, params, values, repeat):
 
 
 def traffic(comp):
-    return sum(k.global_bytes() for k in comp.executor.kernels)
+    """Bytes the kernels move per call: (forward, backward)."""
+    forward = set(ordered_ops(comp.results[:1]))
+    split = [0, 0]
+    for k in comp.executor.kernels:
+        split[k.op not in forward] += k.global_bytes()
+    return tuple(split)
+
+
+def stored_edge_tensors(comp):
+    return sum(op.scope == "e" for op in comp.memory_plan.slots)
 
 
 def unfused_traffic(name, data, train):
@@ -88,13 +100,13 @@ def main():
     args = parser.parse_args()
     mib = 2 ** 20
     print("| model | nodes | edges | backend | compile s | s/call | host peak MiB | "
-          "planned MiB | kernels | traffic MiB | unfused kernels | unfused traffic MiB | "
-          "traffic ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "planned MiB | edge tensors stored | kernels | traffic MiB fwd / bwd | "
+          "unfused kernels | unfused traffic MiB fwd / bwd | traffic ratio fwd / bwd / all |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     listings = []
     for nodes in args.nodes:
         data = datasets.synthetic(args.kind, nodes, args.degree, FEATURES, CLASSES, seed=0)
-        values = [data.features.astype(np.float32), data.labels.astype(np.int64)]
+        values = [data.dense_features(), data.labels.astype(np.int64)]
         for name in MODELS:
             for train in (False, True):
                 label = f"{name}-{'train' if train else 'fwd'}"
@@ -105,12 +117,17 @@ def main():
                             t, results, params, values, args.repeat)
                         row = (f"| {label} | {nodes} | {data.num_edges} | {backend} | "
                                f"{compile_s:.2f} | {seconds:.4f} | {host_peak / mib:.1f} | "
-                               f"{comp.memory_plan.peak_bytes / mib:.1f} |")
+                               f"{comp.memory_plan.peak_bytes / mib:.1f} | "
+                               f"{stored_edge_tensors(comp)} |")
                         if backend == "gpu":
                             fused = traffic(comp)
                             count, unfused = unfused_traffic(name, data, train)
-                            row += (f" {len(comp.executor.kernels)} | {fused / mib:.1f} | "
-                                    f"{count} | {unfused / mib:.1f} | {unfused / fused:.2f} |")
+                            ratios = [u / f if f else float("nan") for u, f in
+                                      zip(unfused + (sum(unfused),), fused + (sum(fused),))]
+                            row += (f" {len(comp.executor.kernels)} | "
+                                    f"{fused[0] / mib:.1f} / {fused[1] / mib:.1f} | {count} | "
+                                    f"{unfused[0] / mib:.1f} / {unfused[1] / mib:.1f} | "
+                                    + " / ".join(f"{r:.2f}" for r in ratios) + " |")
                             listings += [(label, nodes, k.name, k.template,
                                           k.global_bytes()) for k in graph_kernels(comp)]
                         else:

@@ -99,7 +99,7 @@ def main():
     args = parser.parse_args()
     data = datasets.synthetic("rmat", args.vertices, DEGREE, IN_FEATS, 2, seed=0)
     graph = data.graph.add_self_loops()
-    features = data.features.astype(np.float32)
+    features = data.dense_features()
     rng = np.random.default_rng(0)
     print(f"{graph}: forward + backward, median of {args.repeats} calls")
     print("| model | ngnn fused ms | ngnn unfused ms | hand-written ms | fused / hand | "

@@ -8,7 +8,8 @@ from ngnn import transformers as ngt
 
 data = datasets.load("cora")
 g = data.graph.add_self_loops()    # D^-1/2 (A+I) D^-1/2: the caller adds the loops
-h = ng.placeholder(data.features.shape, dtype=data.features.dtype, name="h")
+# Bag-of-words features stay sparse: the first product runs over the stored values only.
+h = ng.placeholder(data.features.shape, sparse=True, name="h")
 layer = nn.GCNConv(data.num_features, 16)
 out = layer(g, h)
 

@@ -8,7 +8,8 @@ from ngnn import transformers as ngt
 
 data = datasets.load("cora")
 g = data.graph
-h = ng.placeholder(data.features.shape, dtype=data.features.dtype, name="h")
+# Bag-of-words features stay sparse: the first product runs over the stored values only.
+h = ng.placeholder(data.features.shape, sparse=True, name="h")
 layer = nn.SAGEConv(data.num_features, 16)
 out = layer(g, h)
 

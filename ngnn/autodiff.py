@@ -34,6 +34,10 @@ def grad(y, wrt, delta=None):
         raise ValueError(f"grad: delta has shape {delta.shape} but y has shape {y.shape}")
 
     targets = [t.forwarded for t in targets]
+    for t in targets:
+        if t.is_sparse:
+            raise ValueError(f"grad: {t} is sparse; gradients are taken with respect to "
+                             "dense tensors only (a sparse input is data, not a parameter)")
     order = ordered_ops([y])
     needed = _reaching(order, set(targets))
     contributions = {y: [delta]}

@@ -15,6 +15,7 @@ import numpy as np
 
 MODELS = ("gcn", "gat", "sage", "gin")
 SYNTHETIC = ("sbm", "rmat")
+SPARSE_CHOICES = {"auto": None, "on": True, "off": False}
 
 # The papers' settings (GCN: Kipf & Welling 2017; GAT: Veličković et al. 2018). GAT stops
 # early once the validation accuracy and loss have not improved for 100 epochs; the paper
@@ -63,7 +64,8 @@ def make_trainer(args, data, seed, transformer=None):
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
     optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
-                   normalize=args.normalize_features, transformer=transformer)
+                   normalize=args.normalize_features, transformer=transformer,
+                   sparse=SPARSE_CHOICES[args.sparse_features])
 
 
 # ---- subcommands -------------------------------------------------------------------------
@@ -247,6 +249,9 @@ def _add_model_options(parser, datasets):
     parser.add_argument("--no-normalize-features", dest="normalize_features",
                         action="store_false",
                         help="keep the raw features (default: rows scaled to sum 1)")
+    parser.add_argument("--sparse-features", choices=tuple(SPARSE_CHOICES), default="auto",
+                        help="feed the features as a sparse matrix (auto: when under 10%% "
+                        "of them are non-zero)")
     synthetic = parser.add_argument_group("synthetic datasets")
     synthetic.add_argument("--num-nodes", type=int, default=10000)
     synthetic.add_argument("--avg-degree", type=float, default=10.0)

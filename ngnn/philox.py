@@ -1,70 +1,44 @@
-"""Philox4x32-10 counter-based random numbers, bit-exact with the device prelude.
+"""Philox4x64-10 counter-based random numbers, bit-exact with the device prelude.
 
-GPU kernels draw random numbers (dropout masks, sampling) with the `philox_uniform` function of
-templates/prelude.j2; this module computes the same numbers with NumPy so the NumPy transformer,
-the tests and the GPU kernels agree bit for bit. Both sides follow this definition:
+Dropout masks are a pure function of (seed, call number, position): every backend draws
+the same mask, and a mask can be regenerated wherever it is needed instead of being stored.
+The NumPy side uses NumPy's own `np.random.Philox` bit generator (C speed) for runs of
+consecutive positions, and a vectorized NumPy Philox for scattered positions (the stored
+values of a sparse tensor); templates/prelude.j2 computes the same function on the device.
 
-* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) on a
-  counter of four 32-bit words (c0, c1, c2, c3) and a key of two 32-bit words (k0, k1).
-  One round, with multipliers M0 = 0xD2511F53 and M1 = 0xCD9E8D57 and 32x32 -> 64-bit products:
+The definition, shared by all three:
 
-      hi0:lo0 = M0 * c0        hi1:lo1 = M1 * c2
-      (c0, c1, c2, c3) = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
+* Philox4x64-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) on a
+  counter of four 64-bit words and a key of two, exactly as NumPy's `Philox` computes it.
+* A 32-bit random word for 64-bit `seed`, position `p` and 64-bit `stream`: one Philox call
+  gives four 64-bit words, each split into two 32-bit halves (low half first), so eight
+  consecutive positions share one counter: key = (seed, 0), counter = (p >> 3, stream, 0, 0),
+  word = half p & 1 of output word (p >> 1) & 3.
+* A uniform float in [0, 1) is (word >> 8) * 2**-24, exact in float32.
+* Dropout at rate r keeps an element when its float is >= float32(r); that is the same test
+  as word >= `keep_threshold(r)`, which is what both sides evaluate. A dropout mask of call
+  `step` over a tensor uses stream = step and the element's row-major flat index as the
+  position, so element (i, j) of an (N, F) tensor has position i * F + j whether the tensor
+  is stored dense or sparse.
 
-  then the key is bumped by the Weyl constants: k0 += 0x9E3779B9, k1 += 0xBB67AE85 (mod 2**32).
-  Ten rounds; the four counter words after the last round are the output.
-* A random float for 64-bit `seed`, 64-bit position `p` and 32-bit `stream`: one Philox call
-  gives four words, so four consecutive positions share one counter and each takes one word:
-  key = (seed & 0xFFFFFFFF, seed >> 32), c = p >> 2,
-  counter words = (c & 0xFFFFFFFF, c >> 32, stream, 0),
-  float = (output word number p & 3, shifted right by 8) * 2**-24, which lies in [0, 1) and
-  is exact in float32.
-* `uniform(seed, start, n, stream)` gives element i the position (start + i) mod 2**64, so a
-  kernel that adds its thread index to a base position (carrying into the high word, as
-  `philox_uniform_at` in the prelude does) reproduces the array. The host computes each
-  counter once for its four positions; a device thread computes the counter of its own
-  position and keeps one word, trading three discarded words for no communication.
+NumPy's generator increments its 256-bit counter before each block, so the run starting at
+counter c is read from a generator set to c - 1.
 """
 import numpy as np
 
-M0 = 0xD2511F53
-M1 = 0xCD9E8D57
-W0 = 0x9E3779B9
-W1 = 0xBB67AE85
+M0 = 0xD2E7470EE14C6C93
+M1 = 0xCA5A826395121157
+W0 = 0x9E3779B97F4A7C15
+W1 = 0xBB67AE8584CAA73B
 ROUNDS = 10
-MASK32 = 0xFFFFFFFF
-
-
-def philox4x32_10(counter, key):
-    """Apply Philox4x32-10 to counter words `counter` (four uint32 arrays of one shape, or ints)
-    under `key` (two ints). Returns the four output words as uint32 arrays."""
-    words = [np.asarray(c, dtype=np.uint32) for c in counter]
-    shape = np.broadcast_shapes(*(w.shape for w in words))
-    # The words live in uint64 arrays holding 32-bit values: a 32x32-bit product then fits
-    # without wrapping, and every step below works in place (dropout masks of millions of
-    # elements spend their time here).
-    c0, c1, c2, c3 = (np.array(np.broadcast_to(w, shape), dtype=np.uint64) for w in words)
-    spare = np.empty(shape, np.uint64)
-    m0, m1, mask, s32 = np.uint64(M0), np.uint64(M1), np.uint64(MASK32), np.uint64(32)
-    k0, k1 = (int(k) & MASK32 for k in key)
-    for _ in range(ROUNDS):
-        p0, p1 = c0, c2
-        p0 *= m0
-        p1 *= m1
-        new0 = np.right_shift(p1, s32, out=spare)      # hi1 ^ c1 ^ k0
-        new0 ^= c1
-        new0 ^= np.uint64(k0)
-        new2 = np.right_shift(p0, s32, out=c1)         # hi0 ^ c3 ^ k1 (c1 is used up)
-        new2 ^= c3
-        new2 ^= np.uint64(k1)
-        p1 &= mask                                     # lo1
-        p0 &= mask                                     # lo0
-        spare = c3
-        c0, c1, c2, c3 = new0, p1, new2, p0
-        # Python ints for the key so the mod-2**32 wrap is explicit rather than an overflow warning.
-        k0 = (k0 + W0) & MASK32
-        k1 = (k1 + W1) & MASK32
-    return tuple(c.astype(np.uint32) for c in (c0, c1, c2, c3))
+MASK64 = (1 << 64) - 1
+_LOW = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+# Positions per pass of the vectorized Philox: its working arrays then stay in cache.
+BLOCK = 1 << 14
+# Positions per chunk of a whole-tensor mask (a multiple of 8, whole counters): its words
+# stay in cache, and no word array of the tensor's size is ever made.
+CHUNK = 1 << 16
 
 
 def _check_range(name, value, bits):
@@ -74,51 +48,158 @@ def _check_range(name, value, bits):
     return value
 
 
-def uniform(seed, start, n, stream=0):
-    """float32 array of `n` uniform numbers in [0, 1): element i is the Philox float for
-    (`seed`, position `start + i`, `stream`) as defined in the module docstring."""
+def _mulhilo(multiplier, c):
+    """(high, low) 64-bit halves of multiplier * c, from 32-bit partial products (NumPy
+    has no 128-bit product), reusing the temporaries in place."""
+    m_lo, m_hi = np.uint64(multiplier & 0xFFFFFFFF), np.uint64(multiplier >> 32)
+    c_lo, c_hi = c & _LOW, c >> _S32
+    cross = c_lo * m_hi
+    c_lo *= m_lo                     # the low partial product; only its carry matters
+    c_lo >>= _S32
+    cross += c_lo
+    high = c_hi * m_hi
+    c_hi *= m_lo                     # the other cross product
+    np.bitwise_and(cross, _LOW, out=c_lo)
+    c_hi += c_lo
+    cross >>= _S32
+    high += cross
+    c_hi >>= _S32
+    high += c_hi
+    return high, c * np.uint64(multiplier)
+
+
+def philox4x64_10(counter, key):
+    """Philox4x64-10 of counter words `counter` (four uint64 arrays of one shape, or ints)
+    under `key` (two ints); returns the four output words as uint64 arrays."""
+    words = [np.asarray(c, dtype=np.uint64) for c in counter]
+    shape = np.broadcast_shapes(*(w.shape for w in words))
+    # Flat arrays (never 0-d), so every step can work in place.
+    c0, c1, c2, c3 = (np.array(np.broadcast_to(w, shape)).reshape(-1) for w in words)
+    k0, k1 = (int(k) & MASK64 for k in key)
+    with np.errstate(over="ignore"):      # products wrap mod 2**64 by design
+        for _ in range(ROUNDS):
+            hi0, lo0 = _mulhilo(M0, c0)
+            hi1, lo1 = _mulhilo(M1, c2)
+            hi1 ^= c1
+            hi1 ^= np.uint64(k0)
+            hi0 ^= c3
+            hi0 ^= np.uint64(k1)
+            c0, c1, c2, c3 = hi1, lo1, hi0, lo0
+            k0 = (k0 + W0) & MASK64
+            k1 = (k1 + W1) & MASK64
+    return tuple(c.reshape(shape) for c in (c0, c1, c2, c3))
+
+
+def words(seed, start, n, stream=0):
+    """uint32 words of positions start, ..., start + n - 1, drawn by NumPy's Philox."""
     seed = _check_range("seed", seed, 64)
     start = _check_range("start", start, 64)
-    stream = _check_range("stream", stream, 32)
+    stream = _check_range("stream", stream, 64)
     n = int(n)
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
-    if start + n > 2 ** 64:      # positions wrap around: no run of whole counters to share
-        return uniform_at(seed, np.uint64(start) + np.arange(n, dtype=np.uint64), stream)
-    first, last = start >> 2, (start + n + 3) >> 2
-    out = np.empty((last - first, 4), np.float32)      # row c - first: counter c's words
-    for block in range(first, last, BLOCK):
-        counters = np.arange(block, min(block + BLOCK, last), dtype=np.uint64)
-        np.stack(_words(seed, counters, stream), axis=-1,
-                 out=out[block - first:block - first + len(counters)])
-    offset = start & 3
-    return out.reshape(-1)[offset:offset + n]
+    if start + n > 2 ** 64:
+        raise ValueError(f"positions {start} + {n} run past 2**64")
+    if n == 0:
+        return np.empty(0, np.uint32)
+    first, last = start >> 3, (start + n - 1) >> 3
+    raw = _generator(seed, first, stream).random_raw(4 * (last - first + 1)).view(np.uint32)
+    offset = start & 7
+    return raw[offset:offset + n]
 
 
-# Counters per pass: the round's working arrays then stay in cache, which halves the time
-# of a dropout mask of millions of elements.
-BLOCK = 1 << 14
+def _generator(seed, counter, stream):
+    """NumPy's Philox set to give counter (counter, stream, 0, 0) first: it steps its
+    256-bit counter before each block, so it starts one behind."""
+    previous = (((stream << 64) | counter) - 1) % 2 ** 256
+    return np.random.Philox(
+        counter=np.array([(previous >> shift) & MASK64 for shift in (0, 64, 128, 192)],
+                         dtype=np.uint64),
+        key=np.array([seed, 0], dtype=np.uint64))
 
 
-def _words(seed, counters, stream):
-    """The four outputs of Philox at `counters` (uint64) turned into floats in [0, 1)."""
-    lo = (counters & np.uint64(MASK32)).astype(np.uint32)
-    hi = (counters >> np.uint64(32)).astype(np.uint32)
-    words = philox4x32_10((lo, hi, np.uint32(stream), np.uint32(0)),
-                          (seed & MASK32, seed >> 32))
-    return [(w >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24) for w in words]
+def words_at(seed, positions, stream=0):
+    """uint32 words at any array of 64-bit positions (the stored values of a sparse tensor,
+    the rows of one block of a fused group)."""
+    seed = _check_range("seed", seed, 64)
+    stream = _check_range("stream", stream, 64)
+    positions = np.asarray(positions, dtype=np.uint64)
+    flat = positions.reshape(-1)
+    out = np.empty(flat.shape, np.uint32)
+    for start in range(0, flat.shape[0], BLOCK):
+        block = flat[start:start + BLOCK]
+        outputs = philox4x64_10((block >> np.uint64(3), stream, 0, 0), (seed, 0))
+        word = np.choose(((block >> np.uint64(1)) & np.uint64(3)).astype(np.intp), outputs)
+        word >>= (block & np.uint64(1)) * _S32
+        out[start:start + BLOCK] = word
+    return out.reshape(positions.shape)
+
+
+def to_uniform(word):
+    """Floats in [0, 1) from uint32 words: 24 bits, exact in float32."""
+    return (word >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def uniform(seed, start, n, stream=0):
+    """float32 array of `n` uniform numbers: element i is the float of position start + i."""
+    return to_uniform(words(seed, start, n, stream))
 
 
 def uniform_at(seed, positions, stream=0):
-    """Like `uniform`, for any array of 64-bit positions (a fused kernel draws the numbers of
-    one block of a tensor: positions = base + the flat indices of its elements)."""
-    seed = _check_range("seed", seed, 64)
-    stream = _check_range("stream", stream, 32)
-    positions = np.asarray(positions, dtype=np.uint64)
-    flat = positions.reshape(-1)
-    out = np.empty(flat.shape, np.float32)
-    for start in range(0, flat.shape[0], BLOCK):
-        block = flat[start:start + BLOCK]
-        words = _words(seed, block >> np.uint64(2), stream)
-        np.choose((block & np.uint64(3)).astype(np.intp), words, out=out[start:start + BLOCK])
-    return out.reshape(positions.shape)
+    """Like `uniform`, at any array of positions."""
+    return to_uniform(words_at(seed, positions, stream))
+
+
+def keep_threshold(rate):
+    """The smallest word whose float is >= float32(rate): dropout keeps word >= this."""
+    rate = float(np.float32(rate))
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"dropout: rate must be in [0, 1), got {rate}")
+    return int(np.ceil(rate * 2.0 ** 24)) << 8
+
+
+def keep_scale(rate, dtype):
+    """The factor kept elements are multiplied by: 1 / (1 - rate) in `dtype`."""
+    return np.dtype(dtype).type(1.0 / (1.0 - rate))
+
+
+def _keep_chunks(seed, stream, rate, size):
+    """(start, stop, keep bits) over positions 0 .. size - 1, chunk by chunk, from one
+    NumPy Philox generator (counters follow each other)."""
+    generator = _generator(seed, 0, stream)
+    threshold = np.uint32(keep_threshold(rate))
+    for start in range(0, size, CHUNK):
+        stop = min(start + CHUNK, size)
+        chunk = generator.random_raw(-(-(stop - start) // 8) * 4).view(np.uint32)
+        yield start, stop, chunk[:stop - start] >= threshold
+
+
+def keep_bits(seed, stream, rate, out):
+    """Fills the bool array `out` with the keep bits of the mask over its positions."""
+    flat = out.reshape(-1)
+    for start, stop, keep in _keep_chunks(seed, stream, rate, flat.size):
+        flat[start:stop] = keep
+    return out
+
+
+def dropout(x, seed, stream, rate, out):
+    """out = x * mask, the mask over positions 0 .. out.size - 1 (row-major) of call
+    `stream`; `out` (contiguous) may be `x`."""
+    source, target = np.broadcast_to(x, out.shape).reshape(-1), out.reshape(-1)
+    for start, stop, keep in _keep_chunks(seed, stream, rate, target.size):
+        _apply(keep, source[start:stop], rate, target[start:stop])
+    return out
+
+
+def dropout_at(x, seed, stream, rate, positions, out):
+    """out = x * mask at the given positions (one per element of x)."""
+    keep = words_at(seed, positions, stream).reshape(out.shape) >= \
+        np.uint32(keep_threshold(rate))
+    return _apply(keep, x, rate, out)
+
+
+def _apply(keep, x, rate, out):
+    """out = x * scale * keep: the arithmetic every backend uses."""
+    np.multiply(x, keep_scale(rate, out.dtype), out=out)
+    out *= keep
+    return out

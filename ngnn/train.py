@@ -15,15 +15,20 @@ import zipfile
 import zlib
 
 import numpy as np
+import scipy.sparse
 from tqdm import tqdm
 
 import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
-from ngnn.op_graph import DropoutMask, ordered_ops
+from ngnn.frontend import lower_zoom_outs
+from ngnn.op_graph import Dropout, SparseDropout, SparseInputError, ordered_ops
 
 
 STEPS = "trainer/steps"      # checkpoint entry: training steps taken
+# Below this share of non-zero features the trainer feeds them as a sparse matrix: the
+# product with the first weight matrix and the dropout before it then cost per stored value.
+SPARSE_DENSITY = 0.1
 
 
 def accuracy(logits, labels, mask=None):
@@ -46,42 +51,69 @@ def cross_entropy(logits, labels, mask):
 
 def normalize_features(x):
     """Rows scaled to sum 1 (all-zero rows stay zero), the preprocessing of the GCN and GAT
-    papers' code for the Planetoid datasets."""
+    papers' code for the Planetoid datasets. A CSR matrix stays CSR, with the same values
+    as the dense result."""
+    if scipy.sparse.issparse(x):
+        x = scipy.sparse.csr_matrix(x, dtype=np.float32, copy=True)
+        total = np.asarray(x.sum(axis=1), dtype=np.float32).reshape(-1)
+        divisor = np.where(total == 0, 1, total).astype(np.float32)
+        x.data /= np.repeat(divisor, np.diff(x.indptr))
+        return x
     x = np.asarray(x, dtype=np.float32)
     total = x.sum(axis=1, keepdims=True)
     return x / np.where(total == 0, 1, total).astype(np.float32)
 
 
+def use_sparse(features, sparse=None):
+    """Whether the trainer feeds `features` sparse: `sparse` True or False forces it, None
+    (auto) picks sparse below SPARSE_DENSITY non-zeros."""
+    if sparse is not None:
+        return bool(sparse)
+    n, f = features.shape
+    stored = features.nnz if scipy.sparse.issparse(features) else np.count_nonzero(features)
+    return stored < SPARSE_DENSITY * n * f
+
+
 def seed_dropout(results, seed):
     """Gives every dropout mask the results depend on a seed derived from `seed` and its
     position in the graph, so a run is reproducible whatever was built before it."""
-    masks = [op for op in ordered_ops(results) if isinstance(op, DropoutMask)]
-    states = np.random.SeedSequence(seed).generate_state(len(masks), dtype=np.uint64)
-    for op, state in zip(masks, states):
-        op.seed = int(state)
+    masks = [op for op in ordered_ops(results) if isinstance(op, (Dropout, SparseDropout))]
+    # A dropout in the backward pass shares its forward dropout's seed (that is how it
+    # draws the same mask), so seeds are renamed, not handed out per op.
+    old = list(dict.fromkeys(op.seed for op in masks))
+    states = np.random.SeedSequence(seed).generate_state(len(old), dtype=np.uint64)
+    new = {s: int(state) for s, state in zip(old, states)}
+    for op in masks:
+        op.seed = new[op.seed]
 
 
 class Trainer:
     """Trains `model` on `data` (a datasets.Dataset) with `optimizer` (an ngnn.optim
     optimizer over model.parameters(); default Adam(lr=0.01)). `seed` fixes the dropout
     masks (the model's own seed fixes its initial weights). `normalize` row-normalizes the
-    features first. Pass `transformer=` to share one, else `backend` names a new one."""
+    features first. `sparse` feeds them as a CSR matrix (True), dense (False), or picks by
+    density (None: sparse under 10% non-zeros); both give the same results. Pass
+    `transformer=` to share one, else `backend` names a new one."""
 
     def __init__(self, model, data, optimizer=None, backend="numpy", seed=0, normalize=True,
-                 transformer=None):
+                 transformer=None, sparse=None):
         self.model = model
         self.data = data
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
-        self.features = normalize_features(data.features) if normalize else data.features
+        features = normalize_features(data.features) if normalize else data.features
         self.transformer = transformer or ngt.make_transformer(backend)
 
         n = data.num_nodes
-        self.x = ng.placeholder((n, data.num_features), name="features")
         self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
         self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
-        self.loss = ng.cross_entropy(model(data.graph, self.x, training=True), self.y,
-                                     self.train_mask)
+        logits = self._feed(features, use_sparse(features, sparse))
+        if logits is None:          # the model's first op takes no sparse input (GIN adds)
+            if sparse:
+                raise ValueError(f"Trainer: {type(model).__name__} cannot take sparse "
+                                 "features; pass sparse=False")
+            logits = self._feed(features, False)
+        self.loss = ng.cross_entropy(logits, self.y, self.train_mask)
         updates = self.optimizer.updates(self.loss)
         seed_dropout([self.loss] + updates, seed)
         self.train_step = self.transformer.computation([self.loss] + updates, self.x, self.y,
@@ -90,6 +122,25 @@ class Trainer:
         self.evaluate_logits = self.transformer.computation(self.logits, self.x,
                                                             name="evaluate")
         self.history = []
+
+    def _feed(self, features, sparse):
+        """Sets the features placeholder and value, sparse or dense; returns the training
+        logits, or None when the model refuses a sparse input."""
+        self.sparse = sparse
+        self.x = ng.placeholder(features.shape, name="features", sparse=sparse)
+        if sparse:
+            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
+        else:
+            self.features = features.toarray() if scipy.sparse.issparse(features) else \
+                np.asarray(features, dtype=np.float32)
+        try:
+            logits = self.model(self.data.graph, self.x, training=True)
+            lower_zoom_outs([logits])       # vertex-centric code meets the input here
+            return logits
+        except SparseInputError:
+            if not sparse:
+                raise
+            return None
 
     # ---- training ------------------------------------------------------------------------
     def step(self):

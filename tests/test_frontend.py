@@ -9,7 +9,7 @@ import pytest
 import ngnn as ng
 from ngnn import transformers as ngt
 from ngnn.frontend import TracingError, lower_zoom_outs
-from ngnn.op_graph import Dot, DropoutMask, ordered_ops
+from ngnn.op_graph import Dot, Dropout, ordered_ops
 
 # src -> dst; vertex 0 has no in-edges, vertex 5 no edges at all, 2 -> 3 is doubled.
 SRC = np.array([0, 1, 2, 2, 3, 4, 2, 1])
@@ -170,7 +170,7 @@ def test_dropout_inside_draws_one_mask_per_edge():
         rst = sum(ng.dropout(e.w, 0.5) for e in v.inedges)
     out = ng.zoomOut(rst)
     lower_zoom_outs([out])
-    masks = [op for op in ordered_ops([out]) if isinstance(op, DropoutMask)]
+    masks = [op for op in ordered_ops([out]) if isinstance(op, Dropout)]
     assert [m.shape for m in masks] == [(E, 1)]
     kept = run(out, (w, np.ones((E, 1))))
     assert set(np.unique(kept)) <= {0.0, 2.0, 4.0, 6.0}

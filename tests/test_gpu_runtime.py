@@ -14,30 +14,30 @@ from ngnn.transformers.gpu.runtime import (
 # Written once, CUDA-style; rendered for both dialects below.
 KERNELS = r"""
 KERNEL void add_dropout(GLOBAL const float* RESTRICT a, GLOBAL const float* RESTRICT b,
-                        GLOBAL float* RESTRICT out, int n, float rate,
-                        uint seed_lo, uint seed_hi, uint base_lo, uint base_hi) {
+                        GLOBAL float* RESTRICT out, int n, uint threshold, float scale,
+                        ulong seed, ulong stream) {
     int i = GLOBAL_ID(0);
     if (i >= n) return;
-    float u = philox_uniform_at(seed_lo, seed_hi, base_lo, base_hi, (uint)i, 0u);
-    out[i] = u < rate ? 0.0f : (a[i] + b[i]) / (1.0f - rate);
+    uint keep = philox_word(seed, (ulong)i, stream) >= threshold;
+    out[i] = (a[i] + b[i]) * scale * (float)keep;
 }
 
-KERNEL void uniform_fill(GLOBAL float* out, int n, uint seed_lo, uint seed_hi,
-                         uint base_lo, uint base_hi, uint stream) {
+KERNEL void uniform_fill(GLOBAL float* out, int n, ulong seed, ulong base, ulong stream) {
     int i = GLOBAL_ID(0);
-    if (i < n) out[i] = philox_uniform_at(seed_lo, seed_hi, base_lo, base_hi, (uint)i, stream);
+    if (i < n) out[i] = philox_uniform(seed, base + (ulong)i, stream);
 }
 
-KERNEL void philox_block(GLOBAL uint* out, uint c0, uint c1, uint c2, uint c3, uint k0, uint k1) {
-    uint ctr[4];
+KERNEL void philox_block(GLOBAL ulong* out, ulong c0, ulong c1, ulong c2, ulong c3, ulong k0,
+                         ulong k1) {
+    ulong ctr[4];
     ctr[0] = c0; ctr[1] = c1; ctr[2] = c2; ctr[3] = c3;
-    philox4x32_10(ctr, k0, k1);
+    philox4x64_10(ctr, k0, k1);
     for (int j = 0; j < 4; ++j) out[j] = ctr[j];
 }
 
-/* One row per work-group row: a local-memory tree sum, float atomics, and the index macros. */
-KERNEL void row_stats(GLOBAL const float* RESTRICT x, int ncols, GLOBAL float* sums,
-                      GLOBAL float* maxs, GLOBAL float* mins, GLOBAL int* geometry) {
+/* One row per work-group row: a local-memory tree sum per work-group, and the index macros. */
+KERNEL void row_stats(GLOBAL const float* RESTRICT x, int ncols, GLOBAL float* partial_sums,
+                      GLOBAL int* geometry) {
     LOCAL float tile[64];
     int col = GLOBAL_ID(0);
     int row = GLOBAL_ID(1);
@@ -49,11 +49,7 @@ KERNEL void row_stats(GLOBAL const float* RESTRICT x, int ncols, GLOBAL float* s
         if (lid < stride) tile[lid] += tile[lid + stride];
         BARRIER();
     }
-    if (lid == 0) atomic_add_f32(&sums[row], tile[0]);
-    if (col < ncols) {
-        atomic_max_f32(&maxs[row], fmax(v, -1e30f));
-        atomic_min_f32(&mins[row], fmin(v, 1e30f));
-    }
+    if (lid == 0) partial_sums[row * NUM_GROUPS(0) + GROUP_ID(0)] = tile[0];
     if (col == 0 && row == 0) {
         geometry[0] = NUM_GROUPS(0);
         geometry[1] = NUM_GROUPS(1);
@@ -64,15 +60,12 @@ KERNEL void row_stats(GLOBAL const float* RESTRICT x, int ncols, GLOBAL float* s
 """
 KERNEL_NAMES = ["add_dropout", "uniform_fill", "philox_block", "row_stats"]
 
-M32 = 0xFFFFFFFF
-KAT = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-       ((M32,) * 4, (M32, M32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-       ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
-
-
-def halves(value):
-    return np.uint32(value & M32), np.uint32(value >> 32)
+M64 = 2 ** 64 - 1
+# Random123's known answers for Philox4x64-10.
+KAT = [((0, 0, 0, 0), (0, 0),
+        (0x16554D9ECA36314C, 0xDB20FE9D672D0FDC, 0xD7E772CEE186176B, 0x7E68B68AEC7BA23B)),
+       ((M64,) * 4, (M64, M64),
+        (0x87B092C3013FE90B, 0x438C3C67BE8D0224, 0x9CC7D7C69CD777B6, 0xA09CAEBF594F0BA0))]
 
 
 @pytest.fixture(scope="module")
@@ -111,26 +104,35 @@ def test_prelude_renders_each_dialect():
 
 @pytest.mark.parametrize("counter, key, expected", KAT)
 def test_philox_known_answers(counter, key, expected):
-    assert [int(w) for w in philox.philox4x32_10(counter, key)] == list(expected)
+    assert [int(w) for w in philox.philox4x64_10(counter, key)] == list(expected)
+
+
+def test_vectorized_philox_is_numpys_philox():
+    counters = np.array([1, 7, 2 ** 63, M64 - 1], dtype=np.uint64)
+    mine = np.stack(philox.philox4x64_10((counters, 3, 5, 7), (11, 13)), axis=-1)
+    for c, row in zip(counters, mine):
+        bits = np.random.Philox(counter=np.array([int(c) - 1, 3, 5, 7], np.uint64),
+                                key=np.array([11, 13], np.uint64))
+        assert bits.random_raw(4).tolist() == row.tolist()
 
 
 @pytest.mark.parametrize("counter, key, expected", KAT)
 def test_device_philox_known_answers(rt, kernels, counter, key, expected):
-    out = rt.alloc(16)
-    args = [out] + [np.uint32(w) for w in counter + key]
+    out = rt.alloc(32)
+    args = [out] + [np.uint64(w) for w in counter + key]
     rt.launch(kernels["philox_block"], (1,), (1,), args)
-    assert download(rt, out, np.uint32, 4).tolist() == list(expected)
+    assert download(rt, out, np.uint64, 4).tolist() == list(expected)
 
 
 @pytest.mark.parametrize("seed, base, stream", [
-    (0, 0, 0), (12345, 7, 0), (2 ** 64 - 1, 2 ** 32 - 100, 3),  # crosses into the high word
-    (0xDEADBEEF12345678, 2 ** 64 - 50, 1),                      # wraps around 2**64
+    (0, 0, 0), (12345, 7, 0), (2 ** 64 - 1, 2 ** 32 - 100, 3),  # crosses 2**32
+    (0xDEADBEEF12345678, 2 ** 64 - 256, 2 ** 64 - 1),            # the last positions
 ])
 def test_device_uniform_matches_numpy_bitwise(rt, kernels, seed, base, stream):
     n = 256
     out = rt.alloc(4 * n)
     rt.launch(kernels["uniform_fill"], (n,), (64,),
-              [out, np.int32(n), *halves(seed), *halves(base), np.uint32(stream)])
+              [out, np.int32(n), np.uint64(seed), np.uint64(base), np.uint64(stream)])
     device = download(rt, out, np.float32, n)
     host = philox.uniform(seed, base, n, stream)
     assert device.view(np.uint32).tolist() == host.view(np.uint32).tolist()
@@ -149,40 +151,47 @@ def test_uniform_statistics_and_validation():
         philox.uniform(-1, 0, 4)
     with pytest.raises(ValueError, match="n must"):
         philox.uniform(0, 0, -1)
+    with pytest.raises(ValueError, match="rate"):
+        philox.keep_threshold(1.0)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3, 0.6, 0.999])
+def test_keep_threshold_is_the_float_comparison(rate):
+    t = philox.keep_threshold(rate)
+    words = np.array([min(max(w, 0), 2 ** 32 - 1) for w in
+                      (0, 255, 256, 2 ** 32 - 1, t - 1, t, t + 255)], dtype=np.uint32)
+    np.testing.assert_array_equal(words >= np.uint32(philox.keep_threshold(rate)),
+                                  philox.to_uniform(words) >= np.float32(rate))
 
 
 def test_add_dropout_matches_numpy(rt, kernels):
-    n, rate, seed, base = 1000, 0.3, 99, 2 ** 32 - 10
+    n, rate, seed, stream = 1000, 0.3, 99, 2 ** 40 + 3
     rng = np.random.default_rng(0)
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     out = rt.alloc(4 * n)
     padded = -(-n // 128) * 128  # the caller rounds the global size up; the kernel guards i < n
+    scale = philox.keep_scale(rate, np.float32)
     rt.launch(kernels["add_dropout"], (padded,), (128,),
-              [upload(rt, a), upload(rt, b), out, np.int32(n), np.float32(rate),
-               *halves(seed), *halves(base)])
+              [upload(rt, a), upload(rt, b), out, np.int32(n),
+               np.uint32(philox.keep_threshold(rate)), scale, np.uint64(seed),
+               np.uint64(stream)])
     rt.synchronize()
-    u = philox.uniform(seed, base, n)
-    expected = np.where(u < np.float32(rate), np.float32(0),
-                        (a + b) / (np.float32(1) - np.float32(rate)))
-    np.testing.assert_allclose(download(rt, out, np.float32, n), expected, rtol=1e-6)
+    expected = philox.dropout(a + b, seed, stream, rate, np.empty(n, np.float32))
+    assert download(rt, out, np.float32, n).tolist() == expected.tolist()
 
 
-def test_local_memory_atomics_and_2d_indexing(rt, kernels):
+def test_local_memory_and_2d_indexing(rt, kernels):
     rows, ncols, local = 5, 150, 64
     x = np.random.default_rng(1).standard_normal((rows, ncols)).astype(np.float32)
-    sums, maxs, mins = (rt.alloc(4 * rows) for _ in range(3))
+    groups = -(-ncols // local)
+    partial_sums = rt.alloc(4 * rows * groups)
     geometry = rt.alloc(16)
-    rt.fill_zero(sums)
-    rt.write(maxs, 0, np.full(rows, -np.inf, np.float32))
-    rt.write(mins, 0, np.full(rows, np.inf, np.float32))
-    padded = -(-ncols // local) * local
-    rt.launch(kernels["row_stats"], (padded, rows), (local, 1),
-              [upload(rt, x), np.int32(ncols), sums, maxs, mins, geometry])
-    np.testing.assert_allclose(download(rt, sums, np.float32, rows), x.sum(1), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(download(rt, maxs, np.float32, rows), x.max(1))
-    np.testing.assert_array_equal(download(rt, mins, np.float32, rows), x.min(1))
-    assert download(rt, geometry, np.int32, 4).tolist() == [padded // local, rows, 1, 0]
+    rt.launch(kernels["row_stats"], (groups * local, rows), (local, 1),
+              [upload(rt, x), np.int32(ncols), partial_sums, geometry])
+    sums = download(rt, partial_sums, np.float32, rows * groups).reshape(rows, groups).sum(1)
+    np.testing.assert_allclose(sums, x.sum(1), rtol=1e-5, atol=1e-5)
+    assert download(rt, geometry, np.int32, 4).tolist() == [groups, rows, 1, 0]
 
 
 def test_cuda_rendering_compiles_with_nvcc(tmp_path):
@@ -214,7 +223,8 @@ def test_second_build_hits_cache_and_writes_atomically(tmp_path):
     with get_runtime("opencl", cache=cache) as second:
         fill = second.build(source, ["uniform_fill"])["uniform_fill"]
         out = second.alloc(64)
-        second.launch(fill, (16,), (16,), [out, np.int32(16), *halves(5), *halves(0), np.uint32(0)])
+        second.launch(fill, (16,), (16,), [out, np.int32(16), np.uint64(5), np.uint64(0),
+                                           np.uint64(0)])
         np.testing.assert_array_equal(download(second, out, np.float32, 16), philox.uniform(5, 0, 16))
     assert (cache.hits, cache.misses) == (1, 1)
     entries = os.listdir(tmp_path)
@@ -263,7 +273,7 @@ def test_zero_size_and_offset_copies(rt):
 
 def test_launch_validation(rt, kernels):
     out = rt.alloc(64)
-    args = [out, np.int32(16), *halves(1), *halves(0), np.uint32(0)]
+    args = [out, np.int32(16), np.uint64(1), np.uint64(0), np.uint64(0)]
     with pytest.raises(ValueError, match="multiple"):
         rt.launch(kernels["uniform_fill"], (20,), (16,), args)
     with pytest.raises(TypeError, match="argument 1"):

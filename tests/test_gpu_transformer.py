@@ -6,7 +6,7 @@ import pytest
 
 import ngnn as ng
 from ngnn import transformers as ngt
-from ngnn.op_graph import Broadcast, Unslice
+from ngnn.op_graph import Broadcast, Dot, Reduction, Softmax, Unslice
 from ngnn.transformers.gpu import GPUKernel, GPUKernelGroup
 
 rng = np.random.default_rng(0)
@@ -197,10 +197,10 @@ def test_gat_layer_launches_no_more_kernels_than_groups_plus_dense(gpu):
     hv = rng.standard_normal((32, 6)).astype(np.float32)
     expected, actual, comp = run_both([out], [h], [hv], gpu)
     assert_match(expected, actual, ["gat"])
-    groups = comp.fusion_groups
-    dense = [step for step in comp.steps if step not in groups and
-             type(step).__name__ in ("Dot", "Sum", "Mean", "Max", "Min", "Softmax")]
-    assert groups and len(comp.executor.kernels) <= len(groups) + len(dense)
+    groups, kernels = comp.fusion_groups, comp.executor.kernels
+    dense = [k for k in kernels if isinstance(k.op, (Dot, Reduction, Softmax)) and
+             not k.name.startswith("fusedGraph")]
+    assert groups and len(kernels) <= len(groups) + len(dense)
     # The attention (max, exp, sum, divide), the weighted sum and the bias are one kernel
     # over the in-CSR (the bias add is its nodeCompute): no edge-sized buffer at all.
     templates = [k.template for k in comp.executor.kernels]
@@ -242,3 +242,66 @@ def test_explicit_opencl_runtime_and_unknown_runtime():
     assert "gpu" in ngt.transformer_choices()
     with pytest.raises(ValueError, match="unknown GPU runtime 'metal'"):
         ngt.make_transformer("gpu", runtime="metal")
+
+
+def gat_training_step(num_nodes=120, num_edges=900):
+    from ngnn import nn
+    g = ng.Graph.from_edges(rng.integers(0, num_nodes, num_edges),
+                            rng.integers(0, num_nodes, num_edges), num_nodes=num_nodes)
+    model = nn.GAT(16, hidden=4, heads=4, num_classes=3, seed=0)
+    h = ng.placeholder((num_nodes, 16), name="h")
+    labels = ng.placeholder((num_nodes,), dtype=np.int64, name="labels")
+    loss = ng.cross_entropy(model(g, h, training=True), labels)
+    params = model.parameters()
+    results = [loss] + [ng.assign(p, p - 0.1 * d) for p, d in zip(params, ng.grad(loss, params))]
+    values = [rng.standard_normal((num_nodes, 16)).astype(np.float32),
+              rng.integers(0, 3, num_nodes)]
+    return results, [h, labels], values
+
+
+def stored_edge_values(comp):
+    return [op for op in comp.memory_plan.slots if op.scope == "e"]
+
+
+def test_every_fused_group_runs_as_the_kernels_that_name_it():
+    results, params, values = gat_training_step()
+    with ngt.make_transformer("gpu", runtime="opencl") as t:
+        comp = t.computation(results, *params)
+        comp(*values)
+        names = [k.name for k in comp.executor.kernels]
+        for group in comp.fusion_groups:
+            assert f"{group.name}(" in comp.ir
+            named = [n for n in names if n.startswith(group.name + "_")]
+            assert len(named) == len(group.outputs)
+        graph_kernels = [k for k in comp.executor.kernels
+                         if any(b[0] == "graph" for b in k.bindings)]
+        groups = {g.name for g in comp.fusion_groups}
+        assert graph_kernels and all(k.name.rsplit("_", 1)[0] in groups or
+                                     k.name.split("_")[0] in groups for k in graph_kernels)
+        assert all(f"KERNEL void {n}(" in comp.source for n in names)
+
+
+def test_gpu_plans_no_more_than_numpy():
+    results, params, _ = gat_training_step()
+    with ngt.make_transformer("numpy") as t:
+        reference = t.computation(results, *params)
+        reference.transform()
+    with ngt.make_transformer("gpu", runtime="opencl") as t:
+        comp = t.computation(results, *params)
+        comp.transform()
+    assert comp.memory_plan.peak_bytes <= 1.1 * reference.memory_plan.peak_bytes
+    assert len(stored_edge_values(comp)) <= len(stored_edge_values(reference))
+
+
+@pytest.mark.parametrize("options", [{"recompute": False}, {"max_recompute": 0}])
+def test_recompute_options_change_the_gpu_plan_not_its_results(options):
+    results, params, values = gat_training_step()
+    runs = {}
+    for name, opts in [("default", {}), ("changed", options)]:
+        with ngt.make_transformer("gpu", runtime="opencl", **opts) as t:
+            comp = t.computation(results, *params)
+            runs[name] = comp, comp(*values)
+    (default, first), (changed, second) = runs["default"], runs["changed"]
+    assert len(stored_edge_values(changed)) > len(stored_edge_values(default))
+    for a, b in zip(first, second):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

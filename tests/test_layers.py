@@ -5,7 +5,7 @@ import pytest
 
 import ngnn as ng
 from ngnn import nn
-from ngnn.op_graph import Dot, DropoutMask
+from ngnn.op_graph import Dot, Dropout
 
 N, E, IN = 12, 40, 5
 
@@ -230,7 +230,7 @@ def test_gat_dropout_only_when_training():
         with ng.transformers.make_transformer("numpy") as t:
             comp = t.computation(out, h)
             comp.transform()
-            return {op.shape for op in comp.ordered_ops if isinstance(op, DropoutMask)}
+            return {op.shape for op in comp.ordered_ops if isinstance(op, Dropout)}
 
     assert mask_shapes(layer(g, h, training=True)) == {(N, IN), (E, 2, 1)}
     assert mask_shapes(layer(g, h)) == set()

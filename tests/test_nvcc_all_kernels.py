@@ -42,7 +42,10 @@ def representative_computations(t):
         ng.assign(w, w * 0.5),
     ]
     loss = ng.sum(ng.aggregate(e, g, reduce="sum")) + ng.sum(ng.softmax(x))
-    return [t.computation(results, x, labels, d), t.computation(ng.grad(loss, [w, x]), x)]
+    xs = ng.placeholder((5, 4), sparse=True, name="xs")
+    sparse_loss = ng.sum(ng.tanh(ng.dot(ng.dropout(xs, 0.5), w)))
+    return [t.computation(results, x, labels, d), t.computation(ng.grad(loss, [w, x]), x),
+            t.computation([sparse_loss, ng.grad(sparse_loss, w)], xs)]
 
 
 def test_every_generated_kernel_compiles_with_nvcc():

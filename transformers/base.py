@@ -9,9 +9,11 @@ Computations may be created at any time, before or after the first call: each on
 transformed on first use, and variables it introduces are initialized then.
 """
 import numpy as np
+import scipy.sparse
 
 from ngnn.op_graph import Assign, Cast, Constant, Op, Placeholder, Variable, ordered_ops
 from ngnn.op_graph.picture import Snapshot
+from ngnn.op_graph.sparse import check_sparse_value
 from ngnn.op_graph.printer import IRNames, format_ir
 
 
@@ -66,6 +68,9 @@ class Computation:
         for r in results:
             if not isinstance(r, Op):
                 raise TypeError(f"computation: results must be ngnn ops, got {r!r}")
+            if r.is_sparse:
+                raise TypeError(f"computation: result {r} is sparse; results are dense "
+                                "tensors (use ng.dot to bring a sparse tensor to dense)")
         for p in parameters:
             if not isinstance(p, Placeholder):
                 raise TypeError(f"computation: parameters must be placeholders, got {p!r}")
@@ -235,6 +240,15 @@ class Computation:
 
 def check_argument(placeholder, value, check_finite):
     name = placeholder.name or f"placeholder #{placeholder.id}"
+    if placeholder.is_sparse:
+        matrix = check_sparse_value(name, placeholder.shape, placeholder.dtype, value)
+        if check_finite and not np.isfinite(matrix.data).all():
+            bad = int(matrix.nnz - np.count_nonzero(np.isfinite(matrix.data)))
+            raise ValueError(f"parameter {name!r} contains {bad} NaN or Inf value(s)")
+        return matrix
+    if scipy.sparse.issparse(value):
+        raise TypeError(f"parameter {name!r} is dense and got a scipy.sparse matrix; declare "
+                        "it ng.placeholder(..., sparse=True), or pass value.toarray()")
     array = np.asarray(value)
     if array.shape != placeholder.shape:
         raise ValueError(f"parameter {name!r} expects shape {placeholder.shape}, got an array "
@@ -261,7 +275,8 @@ class Transformer:
     """Options: passes=[...] appended to the pipeline; optimize=False skips the rewriting
     passes (SimplePrune, CSE), so the graph runs as traced; fusion=False turns fusion off;
     recompute=False stores every edge value the backward needs instead of recomputing it
-    inside fused groups, max_recompute bounds the ops recomputed for one value;
+    inside fused groups (and keeps dropped values alive for the backward instead of
+    dropping again), max_recompute bounds the ops recomputed for one value;
     check_finite=False skips the NaN/Inf check of arguments; aggregate_transform_order=False
     keeps every aggregation and matrix product in the order the model wrote them."""
 
@@ -287,25 +302,28 @@ class Transformer:
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
         from ngnn.passes import (AggregateTransformOrder, CSE, FactorProducts,
-                                 OperationBatching, SimplePrune)
+                                 OperationBatching, RecomputeDropout, SimplePrune)
+        from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
-        rewrites = [SimplePrune(), CSE()] if self.optimize else []
+        rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
         if self.optimize and self.aggregate_transform_order:
-            rewrites.append(AggregateTransformOrder())
+            rewrites.append(AggregateTransformOrder())     # ends with a CSE of its own
         if self.optimize:
             rewrites.append(FactorProducts())
-        return [OperationBatching()] + rewrites + self.user_passes
+        # After every CSE, which would merge the copies again.
+        recompute = [RecomputeDropout()] if self.recompute else []
+        return [OperationBatching()] + rewrites + recompute + self.user_passes
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""
         from ngnn.passes import BufferSharing
         return self.fusion_passes() + [BufferSharing()]
 
-    def fusion_passes(self):
+    def fusion_passes(self, **options):
         from ngnn.passes import Fusion
         if not self.fusion:
             return []
-        return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute)]
+        return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute, **options)]
 
     def computation(self, results, *parameters, name=None):
         if self.closed:
@@ -343,7 +361,7 @@ class Transformer:
     def needs_storage(self, op):
         """Whether op's result needs an intermediate buffer from the memory plan."""
         return not isinstance(op, (Placeholder, Variable, Constant, Assign)) and \
-            not self.is_view(op)
+            not self.is_view(op) and not op.is_sparse
 
     def inplace_ok(self, op):
         return True

@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import scipy.sparse
 
 from ngnn.graph import Graph
 
@@ -13,12 +14,26 @@ class Dataset:
 
     name: str
     graph: Graph
-    features: np.ndarray      # float32 (N, F)
+    features: object          # float32 (N, F): a scipy.sparse CSR matrix when mostly zeros
     labels: np.ndarray        # int64 (N,), values in [0, num_classes)
     train_mask: np.ndarray    # bool (N,)
     val_mask: np.ndarray      # bool (N,)
     test_mask: np.ndarray     # bool (N,)
     num_classes: int
+
+    @property
+    def feature_density(self):
+        """The share of feature entries that are not zero."""
+        n, f = self.features.shape
+        stored = self.features.nnz if scipy.sparse.issparse(self.features) else \
+            np.count_nonzero(self.features)
+        return stored / max(n * f, 1)
+
+    def dense_features(self):
+        """The features as a dense float32 array."""
+        if scipy.sparse.issparse(self.features):
+            return self.features.toarray()
+        return self.features
 
     @property
     def num_features(self):
@@ -41,7 +56,8 @@ class Dataset:
 
 def make_dataset(name, src, dst, x, y, train_mask, val_mask, test_mask, where, num_classes=None):
     """Validates raw arrays and builds a Dataset; ``where`` names the source in error messages."""
-    x = np.asarray(x)
+    sparse_input = scipy.sparse.issparse(x)
+    x = scipy.sparse.csr_matrix(x) if sparse_input else np.asarray(x)
     y = np.asarray(y)
     if x.ndim != 2:
         raise ValueError(f"{where}: features 'x' must be 2-D (nodes, features), got shape {x.shape}")
@@ -51,8 +67,14 @@ def make_dataset(name, src, dst, x, y, train_mask, val_mask, test_mask, where, n
             f"{where}: labels 'y' have shape {y.shape} but 'x' has {num_nodes} rows")
     if x.dtype.kind not in "fiub":
         raise ValueError(f"{where}: features 'x' must be numeric, got dtype {x.dtype}")
-    features = np.ascontiguousarray(x, dtype=np.float32)
-    bad = np.count_nonzero(~np.isfinite(features))
+    if sparse_input:
+        features = x.astype(np.float32)
+        features.sum_duplicates()
+        features.eliminate_zeros()
+        bad = np.count_nonzero(~np.isfinite(features.data))
+    else:
+        features = np.ascontiguousarray(x, dtype=np.float32)
+        bad = np.count_nonzero(~np.isfinite(features))
     if bad:
         raise ValueError(f"{where}: features 'x' contain {bad} NaN or Inf value(s)")
     if y.dtype.kind not in "iu":
@@ -77,4 +99,17 @@ def make_dataset(name, src, dst, x, y, train_mask, val_mask, test_mask, where, n
         graph = Graph.from_edges(src, dst, num_nodes=num_nodes)
     except ValueError as err:
         raise ValueError(f"{where}: invalid edges: {err}") from err
-    return Dataset(name, graph, features, labels, *masks, num_classes=num_classes)
+    return Dataset(name, graph, compact(features), labels, *masks, num_classes=num_classes)
+
+
+def compact(features):
+    """Features that are mostly zeros as a CSR matrix, others as a dense array: bag-of-words
+    features (all the embedded datasets) take a few percent of their dense size."""
+    n, f = features.shape
+    if scipy.sparse.issparse(features):
+        stored = features.nnz
+    else:
+        stored = np.count_nonzero(features)
+    if stored * 2 < n * f:
+        return scipy.sparse.csr_matrix(features, dtype=np.float32)
+    return features.toarray() if scipy.sparse.issparse(features) else features

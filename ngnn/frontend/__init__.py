@@ -4,7 +4,7 @@
 turns them into whole-graph ops (operation batching) when a computation or a gradient
 needs them.
 """
-from .errors import TracingError, control_flow_error  # noqa: F401
+from ..errors import TracingError, control_flow_error  # noqa: F401
 from .lowering import lower_zoom_outs  # noqa: F401
 from .tracing import (LocalAggregate, LocalDegree, LocalFeature, ZoomOut,  # noqa: F401
                       reduce_neighbours, zoomIn, zoomOut)

@@ -6,7 +6,7 @@ needs. Edge values (`inedge`, `outedge`) become edge tensors (E,) + local shape;
 used on an edge is gathered there (a neighbour by its end of the edge, the vertex itself by
 the other end), and an aggregation over a vertex's edges is an Aggregate at that vertex's end.
 """
-from ..op_graph import (Aggregate, Broadcast, Constant, Dot, DropoutMask, ElementWise, Gather,
+from ..op_graph import (Aggregate, Broadcast, Constant, Dot, ElementWise, Gather,
                         ordered_ops)
 from ..op_graph.layout import reshape_to
 from ..op_graph.scopes import LOCAL_SCOPES
@@ -35,7 +35,6 @@ class Lowering:
         self.graph = graph
         self.home = {}       # local op -> its whole-graph tensor (node or edge rows)
         self.gathers = {}    # (local op, by) -> node tensor gathered onto edges
-        self.masks = {}      # (dropout mask, rows) -> mask with the rows axis in front
 
     def lower(self, root):
         for op in ordered_ops([root]):
@@ -65,15 +64,6 @@ class Lowering:
     def arg(self, a, scope, rows):
         """The lowered form of argument `a` of an op of `scope`."""
         if a.scope is None:
-            if isinstance(a, DropoutMask):
-                # A fresh mask per vertex (or edge), not one shared by all of them.
-                key = (a, rows)
-                if key not in self.masks:
-                    count = self.graph.num_nodes if rows == "n" else self.graph.num_edges
-                    self.masks[key] = DropoutMask((count,) + a.shape, a.rate, seed=a.seed,
-                                                  dtype=a.dtype)
-                    self.masks[key].scope = rows
-                return self.masks[key]
             return a          # parameters keep their full shape
         return self.on_edges(a, scope) if rows == "e" else self.home[a]
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..op_graph import Leaf, Maximum, Minimum, Op, ShapeError, as_ops
 from ..op_graph.scopes import EDGE_SET
-from .errors import TracingError, at_user_line
+from ..errors import TracingError, at_user_line
 
 RESERVED = ("innbs", "outnbs", "inedges", "outedges", "indegree", "outdegree")
 PATCHED = ("sum", "max", "min", "zip")
@@ -21,8 +21,10 @@ EDGE_SET_TEXT = {"inedge": "in-edges (v.innbs / v.inedges)",
 # ---- traced leaves and the ops only the front end makes --------------------------------------
 
 class LocalFeature(Op):
-    """A feature read at a local scope: the node (or edge) axis of `source` factored out."""
+    """A feature read at a local scope: the node (or edge) axis of `source` factored out.
+    A sparse source stays sparse where it is lowered (n.h @ W becomes a sparse product)."""
     kind = "prim"
+    takes_sparse = True
 
     def __init__(self, source, scope, context):
         super().__init__([source], shape=source.shape[1:], dtype=source.dtype, scope=scope)

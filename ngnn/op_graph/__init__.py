@@ -1,6 +1,6 @@
 """The op-graph: op classes under their CamelCase names (`Add`, `Exp`, `Dot`, ...)."""
-from .op import (Op, Leaf, Placeholder, Variable, Constant, ShapeError, ordered_ops,
-                 placeholder, variable, constant, as_ops)
+from .op import (Attr, Op, Leaf, Placeholder, Variable, Constant, ShapeError, SparseInputError,
+                 ordered_ops, placeholder, variable, constant, as_ops)
 from .elementwise import (ElementWise, UnaryOp, BinaryOp, Add, Subtract, Multiply, Divide,
                           Power, Maximum, Minimum, Comparison, Greater, GreaterEqual, LessEqual,
                           Equal, Negative, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Abs, Sign,
@@ -9,4 +9,5 @@ from .reductions import Reduction, Sum, Mean, Max, Min, Softmax, LogSoftmax
 from .layout import LayoutOp, Reshape, Transpose, Broadcast, Concat, Slice, Unslice
 from .linalg import Dot
 from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
-from .training_ops import DropoutMask, OneHot, Assign
+from .training_ops import Dropout, OneHot, Assign
+from .sparse import SparseDot, SparseDropout, SparseTransposedDot

@@ -5,7 +5,7 @@ kernel snippets every backend renders, so adding an element-wise op touches this
 """
 import numpy as np
 
-from .op import Op, ShapeError, as_ops, constant
+from .op import Attr, Op, ShapeError, as_ops, constant
 
 
 def broadcast_shape(op_name, *shapes):
@@ -244,6 +244,8 @@ class Sign(UnaryOp):
 
 
 class LeakyRelu(UnaryOp):
+    attributes = (Attr("alpha"),)
+
     # max(x, a*x) is leaky relu for 0 <= a <= 1, min(x, a*x) for a > 1: one ufunc, no mask.
     def __init__(self, x, alpha=0.2, name=None):
         self.alpha = float(alpha)
@@ -256,15 +258,7 @@ class LeakyRelu(UnaryOp):
         pick = "maximum" if self.alpha <= 1 else "minimum"
         return f"np.{pick}({{x}}, {{x}} * {self.alpha!r}, out={{out}})"
 
-    @property
-    def c(self):
-        return f"(({{x}} > 0.0f) ? {{x}} : {self.alpha!r}f * {{x}})"
-
-    def attrs(self):
-        return {"alpha": self.alpha}
-
-    def with_args(self, args, lead=0):
-        return LeakyRelu(*args, alpha=self.alpha, name=self.name)
+    c = "(({x} > 0.0f) ? {x} : {alpha} * {x})"
 
     def adjoints(self, delta):
         return [delta * (Greater(self.args[0], 0.0) * (1.0 - self.alpha) + self.alpha)]
@@ -284,6 +278,7 @@ class Cast(UnaryOp):
     """Converts dtype (bool masks and integer ids to floats, for instance)."""
     float_only = False
     numpy = "np.copyto({out}, {x}, casting='unsafe')"
+    attributes = (Attr("to", param="dtype"),)
 
     def __init__(self, x, dtype, name=None):
         self.to = np.dtype(dtype)
@@ -291,12 +286,6 @@ class Cast(UnaryOp):
         self.dtype = self.to
 
     c = "(({out_ctype}){x})"
-
-    def attrs(self):
-        return {"dtype": str(self.to)}
-
-    def with_args(self, args, lead=0):
-        return Cast(*args, dtype=self.to, name=self.name)
 
     def adjoints(self, delta):
         x = self.args[0]

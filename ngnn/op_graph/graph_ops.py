@@ -8,7 +8,7 @@ round (seed 000's srcagg / dstagg).
 """
 import numpy as np
 
-from .op import Constant, Op, ShapeError, as_ops
+from .op import Attr, Constant, Op, ShapeError, as_ops
 
 ENDS = ("src", "dst")
 REDUCTIONS = ("sum", "mean", "max", "min")
@@ -37,6 +37,7 @@ def _check_rows(op_name, x, rows, what):
 class Gather(GraphOp):
     """out[e] = x[src[e]] (by="src") or x[dst[e]] (by="dst")."""
     kind = "edge"
+    attributes = (Attr("graph", printed=False), Attr("by", printed=False))
 
     def __init__(self, x, graph, by="src", name=None):
         (x,) = as_ops(x)
@@ -50,12 +51,6 @@ class Gather(GraphOp):
     def op_name(self):
         return f"gather_{self.by}"
 
-    def attrs(self):
-        return {"graph": self.graph}
-
-    def with_args(self, args, lead=0):
-        return Gather(*args, self.graph, self.by, name=self.name)
-
     def adjoints(self, delta):
         return [Aggregate(delta, self.graph, at=self.by, reduce="sum")]
 
@@ -63,6 +58,7 @@ class Gather(GraphOp):
 class Aggregate(GraphOp):
     """out[v] = reduce over edges e with dst[e] == v (at="dst") or src[e] == v (at="src").
     A vertex with no such edge gets 0 for every reduction, and a zero gradient."""
+    attributes = (Attr("graph", printed=False), Attr("at"), Attr("reduce", printed=False))
 
     def __init__(self, x, graph, at="dst", reduce="sum", name=None):
         (x,) = as_ops(x)
@@ -82,12 +78,6 @@ class Aggregate(GraphOp):
     @property
     def op_name(self):
         return self.reduce
-
-    def attrs(self):
-        return {"graph": self.graph, "at": self.at}
-
-    def with_args(self, args, lead=0):
-        return Aggregate(*args, self.graph, self.at, self.reduce, name=self.name)
 
     def degree_scale(self):
         """1 / max(degree, 1) shaped to broadcast over the result."""
@@ -114,6 +104,7 @@ class EdgeSoftmax(GraphOp):
     """Softmax of edge values over the in-edges of each destination (or out-edges of each
     source with at="src"), computed stably: the per-vertex max is subtracted first."""
     kind = "edge"
+    attributes = (Attr("graph", printed=False), Attr("at"))
 
     def __init__(self, x, graph, at="dst", name=None):
         (x,) = as_ops(x)
@@ -123,12 +114,6 @@ class EdgeSoftmax(GraphOp):
         super().__init__([x], graph, shape=x.shape,
                          dtype=x.dtype if x.dtype.kind == "f" else np.float32, scope="e",
                          name=name)
-
-    def attrs(self):
-        return {"graph": self.graph, "at": self.at}
-
-    def with_args(self, args, lead=0):
-        return EdgeSoftmax(*args, self.graph, self.at, name=self.name)
 
     def adjoints(self, delta):
         total = Aggregate(delta * self, self.graph, at=self.at, reduce="sum")

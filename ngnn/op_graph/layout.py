@@ -1,7 +1,7 @@
 """Ops that move or view data: reshape, transpose, broadcast, concat, slicing."""
 import numpy as np
 
-from .op import Op, ShapeError, as_ops
+from .op import Attr, Op, ShapeError, as_ops
 
 
 class LayoutOp(Op):
@@ -9,6 +9,8 @@ class LayoutOp(Op):
 
 
 class Reshape(LayoutOp):
+    attributes = (Attr("shape", batching="shape"),)
+
     def __init__(self, x, shape, name=None):
         (x,) = as_ops(x)
         shape = tuple(int(s) for s in ((shape,) if np.ndim(shape) == 0 else shape))
@@ -26,17 +28,13 @@ class Reshape(LayoutOp):
 
     numpy = "{out} = {x}.reshape({shape})"
 
-    def attrs(self):
-        return {"shape": self.shape}
-
-    def with_args(self, args, lead=0):
-        return Reshape(*args, args[0].shape[:lead] + self.shape, name=self.name)
-
     def adjoints(self, delta):
         return [Reshape(delta, self.args[0].shape)]
 
 
 class Transpose(LayoutOp):
+    attributes = (Attr("axes", batching="permutation"),)
+
     def __init__(self, x, axes=None, name=None):
         (x,) = as_ops(x)
         axes = tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % max(x.ndim, 1)
@@ -49,19 +47,13 @@ class Transpose(LayoutOp):
 
     numpy = "{out} = {x}.transpose({axes})"
 
-    def attrs(self):
-        return {"axes": self.axes}
-
-    def with_args(self, args, lead=0):
-        return Transpose(*args, tuple(range(lead)) + tuple(a + lead for a in self.axes),
-                         name=self.name)
-
     def adjoints(self, delta):
         return [Transpose(delta, tuple(np.argsort(self.axes)))]
 
 
 class Broadcast(LayoutOp):
     """A read-only view of `x` repeated to `shape` (NumPy broadcasting)."""
+    attributes = (Attr("shape", batching="shape"),)
 
     def __init__(self, x, shape, name=None):
         (x,) = as_ops(x)
@@ -75,19 +67,15 @@ class Broadcast(LayoutOp):
 
     numpy = "{out} = np.broadcast_to({x}, {shape})"
 
-    def attrs(self):
-        return {"shape": self.shape}
-
-    def with_args(self, args, lead=0):
-        return Broadcast(*args, args[0].shape[:lead] + self.shape, name=self.name)
-
     def adjoints(self, delta):
         from .elementwise import unbroadcast
         return [unbroadcast(delta, self.args[0].shape)]
 
 
 class Concat(LayoutOp):
-    def __init__(self, xs, axis=0, name=None):
+    attributes = (Attr("axis", batching="axes"),)
+
+    def __init__(self, *xs, axis=0, name=None):
         xs = as_ops(*xs)
         if not xs:
             raise ShapeError("concat: needs at least one tensor")
@@ -105,14 +93,6 @@ class Concat(LayoutOp):
         from .elementwise import result_dtype
         super().__init__(xs, shape=shape, dtype=result_dtype("concat", *xs), name=name)
 
-    numpy = "np.concatenate([{xs}], axis={axis}, out={out})"
-
-    def attrs(self):
-        return {"axis": self.axis}
-
-    def with_args(self, args, lead=0):
-        return Concat(args, self.axis + lead, name=self.name)
-
     def adjoints(self, delta):
         grads, start = [], 0
         for x in self.args:
@@ -124,7 +104,10 @@ class Concat(LayoutOp):
 
 
 def _normalize_index(shape, key):
-    """Basic indexing only: ints and slices, optionally with one Ellipsis."""
+    """Basic indexing only: ints and slices, optionally with one Ellipsis. The result is
+    normalized: non-negative ints and starts, a stop of None only where a reversed slice runs
+    past index 0, empty slices as 0:0; normalizing a normalized key changes nothing, which
+    is what lets operation batching rebuild a Slice from its own key."""
     key = key if isinstance(key, tuple) else (key,)
     if sum(k is Ellipsis for k in key) > 1:
         raise ShapeError("slice: at most one Ellipsis")
@@ -141,37 +124,32 @@ def _normalize_index(shape, key):
                 raise ShapeError(f"slice: index {k} is out of range for an axis of size {n}")
             out.append(int(k) % n)
         elif isinstance(k, slice):
-            out.append(slice(*k.indices(n)))
+            start, stop, step = k.indices(n)
+            if not len(range(start, stop, step)):
+                out.append(slice(0, 0, 1))
+            else:
+                out.append(slice(start, None if stop < 0 else stop, step))
         else:
             raise ShapeError(f"slice: only ints and slices are supported, got {k!r}")
     return tuple(out)
 
 
-def _whole_axes(shape):
-    """Normalized keys taking every element of the axes of `shape`."""
-    return tuple(slice(0, n, 1) for n in shape)
+def slice_length(k):
+    """Elements a normalized slice takes."""
+    return len(range(k.start, -1 if k.stop is None else k.stop, k.step))
 
 
 class Slice(LayoutOp):
-    """x[key]. Keys of other Slice/Unslice ops are passed with normalized=True: normalizing
-    twice is wrong for reversed slices (a normalized stop of -1 means "past index 0", a
-    user's -1 means the last index)."""
+    """x[key], for a basic index key (ints and slices)."""
+    attributes = (Attr("key", batching="index"),)
 
-    def __init__(self, x, key, name=None, normalized=False):
+    def __init__(self, x, key, name=None):
         (x,) = as_ops(x)
-        self.key = tuple(key) if normalized else _normalize_index(x.shape, key)
-        shape = tuple(len(range(k.start, k.stop, k.step)) for k in self.key
-                      if isinstance(k, slice))
+        self.key = _normalize_index(x.shape, key)
+        shape = tuple(slice_length(k) for k in self.key if isinstance(k, slice))
         super().__init__([x], shape=shape, dtype=x.dtype, name=name)
 
     numpy = "{out} = {x}[{key}]"
-
-    def attrs(self):
-        return {"key": format_index(self.key)}
-
-    def with_args(self, args, lead=0):
-        return Slice(*args, _whole_axes(args[0].shape[:lead]) + self.key, name=self.name,
-                     normalized=True)
 
     def adjoints(self, delta):
         return [Unslice(delta, self.args[0].shape, self.key)]
@@ -180,6 +158,7 @@ class Slice(LayoutOp):
 class Unslice(LayoutOp):
     """Zeros of `shape` with `x` written at `key`, a normalized key of a Slice: the adjoint
     of a slice."""
+    attributes = (Attr("shape", batching="shape"), Attr("key", batching="index"))
 
     def __init__(self, x, shape, key, name=None):
         (x,) = as_ops(x)
@@ -188,15 +167,8 @@ class Unslice(LayoutOp):
 
     numpy = "{out}.fill(0)\n{out}[{key}] = {x}"
 
-    def attrs(self):
-        return {"key": format_index(self.key)}
-
-    def with_args(self, args, lead=0):
-        return Unslice(*args, args[0].shape[:lead] + self.shape,
-                       _whole_axes(args[0].shape[:lead]) + self.key, name=self.name)
-
     def adjoints(self, delta):
-        return [Slice(delta, self.key, normalized=True)]
+        return [Slice(delta, self.key)]
 
 
 def format_index(key):
@@ -204,7 +176,7 @@ def format_index(key):
         if isinstance(k, int):
             return str(k)
         step = "" if k.step == 1 else f":{k.step}"
-        stop = "" if k.stop < 0 else k.stop      # a reversed slice running past index 0
+        stop = "" if k.stop is None else k.stop      # a reversed slice running past index 0
         return f"{k.start}:{stop}{step}"
     return ", ".join(one(k) for k in key)
 

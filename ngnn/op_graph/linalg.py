@@ -5,6 +5,12 @@ from .op import Op, ShapeError, as_ops
 
 
 class Dot(Op):
+    def __new__(cls, a, b, name=None):
+        if cls is Dot and isinstance(a, Op) and a.is_sparse:
+            from .sparse import SparseDot
+            return SparseDot(a, b, name=name)
+        return super().__new__(cls)
+
     def __init__(self, a, b, name=None):
         a, b = as_ops(a, b)
         if a.ndim == 0 or b.ndim == 0:

@@ -6,16 +6,73 @@ pointer. Passes never edit an op's arguments: they set `old.forward = new`, and 
 reader sees the replacement through `args` / `forwarded` (ngraph's design).
 """
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import control_flow_error
 from .scopes import combine_scopes
 
 _op_ids = itertools.count()
 
 
+# How operation batching changes an attribute when it puts `lead_shape` axes in front of
+# every argument (the node or edge axis): the one thing a new op with attributes must say.
+def _unchanged(value, lead_shape):
+    return value
+
+
+def _shifted_axes(value, lead_shape):
+    shift = len(lead_shape)
+    return value + shift if isinstance(value, int) else tuple(a + shift for a in value)
+
+
+def _permutation(value, lead_shape):
+    return tuple(range(len(lead_shape))) + _shifted_axes(value, lead_shape)
+
+
+def _prefixed_shape(value, lead_shape):
+    return tuple(lead_shape) + tuple(value)
+
+
+def _prefixed_index(value, lead_shape):
+    return tuple(slice(0, n, 1) for n in lead_shape) + tuple(value)
+
+
+BATCHING = {"unchanged": _unchanged, "axes": _shifted_axes, "permutation": _permutation,
+            "shape": _prefixed_shape, "index": _prefixed_index}
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A non-tensor attribute of an op, declared once in the op's `attributes`.
+
+    field     where the op keeps it (`op.alpha`)
+    param     the constructor's keyword for it, when it differs from `field`
+    batching  a key of BATCHING: how it changes under operation batching
+    printed   False for attributes the IR already shows (in the op's name, or a graph)
+    """
+    field: str
+    param: str = None
+    batching: str = "unchanged"
+    printed: bool = True
+
+    def __post_init__(self):
+        if self.batching not in BATCHING:
+            raise ValueError(f"Attr {self.field!r}: batching must be one of "
+                             f"{sorted(BATCHING)}, got {self.batching!r}")
+
+    @property
+    def keyword(self):
+        return self.param or self.field
+
+
 class ShapeError(ValueError):
     """An op was built from arguments whose shapes or dtypes do not fit."""
+
+
+class SparseInputError(TypeError):
+    """A sparse tensor was given to an op that takes only dense ones."""
 
 
 class Op:
@@ -32,12 +89,19 @@ class Op:
     numpy = None
     c = None
     is_stateful = False   # never folded or merged (random masks, assignments)
+    attributes = ()       # Attr declarations: identity (CSE), rebuilding and printing
+    is_sparse = False     # a scipy.sparse CSR value at run time (ngnn/op_graph/sparse.py)
+    takes_sparse = False  # may have sparse arguments
 
     def __init__(self, args=(), *, shape, dtype, name=None, scope=None):
         self._args = tuple(args)
         for a in self._args:
             if not isinstance(a, Op):
                 raise TypeError(f"{type(self).__name__}: argument {a!r} is not an ngnn op")
+            if a.is_sparse and not self.takes_sparse:
+                raise SparseInputError(f"{type(self).__name__}: argument {a!r} is a sparse tensor; "
+                                "sparse tensors feed only ng.dot (as the first operand) and "
+                                "ng.dropout")
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.name = name
@@ -66,8 +130,11 @@ class Op:
         return op
 
     def attrs(self):
-        """Non-tensor attributes: part of the op's identity for CSE and shown in the IR."""
-        return {}
+        """The declared attributes by keyword: part of the op's identity for CSE."""
+        return {a.keyword: getattr(self, a.field) for a in self.attributes}
+
+    def printed_attrs(self):
+        return {a.keyword: getattr(self, a.field) for a in self.attributes if a.printed}
 
     # ---- tensor facts ----------------------------------------------------------------
     @property
@@ -102,9 +169,13 @@ class Op:
                        for i, ch in enumerate(name))
 
     def with_args(self, args, lead=0):
-        """The same op on new arguments; `lead` extra leading axes shift axis attributes
-        (operation batching adds the node or edge axis in front)."""
-        return type(self)(*args, name=self.name)
+        """The same op, with the same attributes, on new arguments; `lead` extra leading
+        axes of the first argument (operation batching adds the node or edge axis in
+        front) reach the attributes through their declared batching rule."""
+        lead_shape = args[0].shape[:lead] if lead else ()
+        values = {a.keyword: BATCHING[a.batching](getattr(self, a.field), lead_shape)
+                  for a in self.attributes}
+        return type(self)(*args, **values, name=self.name)
 
     def adjoints(self, delta):
         """Gradients with respect to each argument, given the gradient of the result."""
@@ -117,7 +188,6 @@ class Op:
     __hash__ = object.__hash__
 
     def __bool__(self):
-        from ..frontend.errors import control_flow_error
         raise control_flow_error(self)
 
     # ---- Python operators build ops ----------------------------------------------------
@@ -205,7 +275,18 @@ class Leaf(Op):
 
 
 class Placeholder(Leaf):
-    """A tensor fed at call time, in the computation's parameter order."""
+    """A tensor fed at call time, in the computation's parameter order; a sparse one
+    (`sparse=True`, a 2-D float tensor) is fed a scipy.sparse CSR matrix."""
+
+    def __init__(self, shape, dtype, name=None, sparse=False):
+        super().__init__(shape, dtype, name=name)
+        if sparse and (len(self.shape) != 2 or self.dtype.kind != "f"):
+            raise ShapeError(f"placeholder {name or ''}: a sparse placeholder is a 2-D float "
+                             f"matrix, got shape {self.shape} and dtype {self.dtype}")
+        self.is_sparse = bool(sparse)
+
+    def attrs(self):
+        return {"sparse": True} if self.is_sparse else {}
 
 
 class Variable(Leaf):
@@ -249,13 +330,12 @@ class Constant(Leaf):
     def const(self):
         return self.value.item() if self.value.ndim == 0 else self.value
 
-    def attrs(self):
+    def printed_attrs(self):
+        if self.value.ndim == 0:
+            return {"value": self.value.item()}
         if self.value.size <= 16:
             return {"value": self.value.tolist()}
         return {"value": f"<{self.value.size} values>"}
-
-    def structural_key(self):
-        return (self.dtype.str, self.shape, self.value.tobytes())
 
 
 def constant(value, dtype=None, name=None, like=None):
@@ -268,8 +348,8 @@ def constant(value, dtype=None, name=None, like=None):
     return Constant(value, dtype=dtype, name=name)
 
 
-def placeholder(shape, dtype=np.float32, name=None):
-    return Placeholder(_shape_tuple(shape), dtype, name=name)
+def placeholder(shape, dtype=np.float32, name=None, sparse=False):
+    return Placeholder(_shape_tuple(shape), dtype, name=name, sparse=sparse)
 
 
 def variable(shape, dtype=np.float32, initial_value=0.0, name=None, trainable=True):

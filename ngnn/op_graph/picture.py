@@ -14,7 +14,7 @@ import os
 
 from ..files import write_atomically
 from .op import Constant, Op, Placeholder, Variable
-from .printer import type_text
+from .printer import shown_steps, type_text
 
 EDGE_SCOPES = ("e", "inedge", "outedge")
 FILL = {"edge": "#fdd49e", "node": "#c6dbef", None: "#f0f0f0"}
@@ -79,6 +79,7 @@ class Snapshot:
     """The op-graph's structure after one pass (see the module docstring)."""
 
     def __init__(self, title, steps, results, parameters, names):
+        steps = shown_steps(steps)
         groups = [s for s in steps if not isinstance(s, Op)]
         ops = [s for s in steps if isinstance(s, Op)] + [op for g in groups for op in g.ops]
         show_scope = any(op.scope is not None for op in ops)

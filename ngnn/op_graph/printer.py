@@ -5,6 +5,7 @@
 Type scopes and operator kinds are printed when the computation has graph values; node
 and edge axes print as N and E.
 """
+from .layout import format_index
 from .op import Constant, Op, Placeholder, Variable
 from .scopes import printed_scope
 
@@ -30,6 +31,8 @@ def kind_of(op):
 def attr_text(value):
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, tuple) and any(isinstance(v, slice) for v in value):
+        return format_index(value)
     if isinstance(value, tuple):
         return "(" + ",".join(attr_text(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     if hasattr(value, "num_nodes"):
@@ -61,19 +64,24 @@ class IRNames:
 
 def op_line(op, names, show_scope, indent="    "):
     args = [names[a] for a in op.args]
-    attrs = op.attrs()
-    if isinstance(op, Constant) and op.value.ndim == 0:
-        attrs = {"value": op.value.item()}
-    args += [f"{k}={attr_text(v)}" for k, v in attrs.items() if k != "graph"]
+    args += [f"{k}={attr_text(v)}" for k, v in op.printed_attrs().items()]
     prefix = f"{kind_of(op)}::" if show_scope else ""
     name = "constant" if isinstance(op, Constant) else op.op_name
     return f"{indent}{names[op]} : {type_text(op, show_scope)} = {prefix}{name}({', '.join(args)})"
+
+
+def shown_steps(steps):
+    """Steps as the IR shows them: a group without a name (a GPU kernel that only inlines
+    element-wise producers) is shown as its ops."""
+    return [op for s in steps for op in
+            (s.ops if not isinstance(s, Op) and s.name is None else [s])]
 
 
 def format_ir(title, steps, results, parameters, names=None):
     """The graph as SSA text. `steps` are ops and fused groups (anything with `ops`,
     `inputs`, `outputs` and `name`); a group prints as a call, its body after the graph."""
     names = names or IRNames()
+    steps = shown_steps(steps)
     groups = [s for s in steps if not isinstance(s, Op)]
     ops = [s for s in steps if isinstance(s, Op)] + [op for g in groups for op in g.ops]
     show_scope = any(op.scope is not None for op in ops)
@@ -93,7 +101,8 @@ def format_ir(title, steps, results, parameters, names=None):
     lines.append("    return " + ", ".join(names[r] for r in results))
     for g in groups:
         params = ", ".join(f"{names[i]} : {type_text(i, show_scope)}" for i in g.inputs)
-        lines += ["", f"{g.name}({params}):  # over {g.at} ends, blocks of the CSR"]
+        where = f"  # over {g.at} ends" if g.at else ""
+        lines += ["", f"{g.name}({params}):{where}"]
         recomputed = set(g.recomputed)
         for op in g.ops:
             note = "  # recomputed" if op in recomputed else \

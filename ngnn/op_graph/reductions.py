@@ -1,7 +1,7 @@
 """Reductions along axes, and softmax / log-softmax."""
 import numpy as np
 
-from .op import Op, ShapeError, as_ops
+from .op import Attr, Op, ShapeError, as_ops
 
 
 def normalize_axes(op_name, axis, ndim):
@@ -18,6 +18,8 @@ def normalize_axes(op_name, axis, ndim):
 
 
 class Reduction(Op):
+    attributes = (Attr("axes", param="axis", batching="axes"), Attr("keepdims"))
+
     def __init__(self, x, axis=None, keepdims=False, name=None):
         (x,) = as_ops(x)
         self.axes = normalize_axes(type(self).__name__.lower(), axis, x.ndim)
@@ -31,13 +33,6 @@ class Reduction(Op):
     def numpy(self):
         return (f"np.{self.ufunc}({{x}}, axis={self.axes}, keepdims={self.keepdims}, "
                 "out={out})")
-
-    def attrs(self):
-        return {"axis": self.axes, "keepdims": self.keepdims}
-
-    def with_args(self, args, lead=0):
-        return type(self)(*args, axis=tuple(a + lead for a in self.axes),
-                          keepdims=self.keepdims, name=self.name)
 
     def kept(self, t):
         """`t` (shaped like the result) with the reduced axes as size-1 axes."""
@@ -104,17 +99,13 @@ class Min(Max):
 
 
 class Softmax(Op):
+    attributes = (Attr("axis", batching="axes"),)
+
     def __init__(self, x, axis=-1, name=None):
         (x,) = as_ops(x)
         (self.axis,) = normalize_axes(type(self).__name__.lower(), axis, x.ndim)
         super().__init__([x], shape=x.shape,
                          dtype=x.dtype if x.dtype.kind == "f" else np.float32, name=name)
-
-    def attrs(self):
-        return {"axis": self.axis}
-
-    def with_args(self, args, lead=0):
-        return type(self)(*args, axis=self.axis + lead, name=self.name)
 
     def adjoints(self, delta):
         total = Sum(delta * self, axis=self.axis, keepdims=True)

@@ -1,44 +1,61 @@
-"""Ops that training needs: dropout masks, one-hot labels, assignment to variables."""
+"""Ops that training needs: dropout, one-hot labels, assignment to variables."""
 import itertools
 
 import numpy as np
 
-from .op import Op, ShapeError, Variable, as_ops
+from .elementwise import ElementWise
+from .op import Attr, Op, ShapeError, Variable, as_ops
 
 _dropout_seeds = itertools.count(1)
 
 
-class DropoutMask(Op):
-    """keep / (1 - rate) with keep = (u >= rate), u uniform in [0, 1) drawn by Philox from
-    (seed, call number * size + element index): the same mask on every backend, a new one on
-    every call of a computation."""
-    is_stateful = True
+def dropout_seed(seed):
+    """A dropout's Philox key: the one given (an int in [0, 2**64)), else a fresh one."""
+    if seed is None:
+        return next(_dropout_seeds)
+    if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
+        raise ValueError(f"dropout: seed must be an int in [0, 2**64), got {seed!r}")
+    return int(seed)
 
-    def __init__(self, shape, rate, seed=None, dtype=np.float32, name=None):
+
+class Dropout(ElementWise):
+    """x * keep / (1 - rate), where keep is a random bit drawn by Philox (ngnn/philox.py)
+    from (seed, call number, the element's row-major position): the same mask on every
+    backend, a new one on every call. The mask is a pure function of those, so it is never
+    stored: the gradient is a dropout of the incoming gradient with the same seed, which
+    draws the same mask again."""
+    is_stateful = True
+    attributes = (Attr("rate"), Attr("seed"))
+
+    def __init__(self, x, rate, seed=None, name=None):
+        (x,) = as_ops(x)
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"dropout: rate must be in [0, 1), got {rate}")
+        if x.dtype.kind != "f":
+            raise ShapeError(f"dropout: needs a float tensor, got {x.dtype}")
         self.rate = float(rate)
-        self.seed = next(_dropout_seeds) if seed is None else int(seed)
-        super().__init__((), shape=shape, dtype=dtype, name=name)
-
-    kind = "prim"
-
-    def attrs(self):
-        return {"rate": self.rate, "seed": self.seed}
+        self.seed = dropout_seed(seed)
+        super().__init__([x], shape=x.shape, dtype=x.dtype, name=name)
 
     def adjoints(self, delta):
-        return []
+        return [Dropout(delta, self.rate, seed=self.seed)]
 
 
 def dropout(x, rate, seed=None):
+    """Dropout of a dense tensor, or of the stored values of a sparse one (the values the
+    dense dropout keeps at the same positions)."""
     (x,) = as_ops(x)
     if rate == 0:
         return x
-    return x * DropoutMask(x.shape, rate, seed=seed, dtype=x.dtype)
+    if x.is_sparse:
+        from .sparse import SparseDropout
+        return SparseDropout(x, rate, seed=seed)
+    return Dropout(x, rate, seed=seed)
 
 
 class OneHot(Op):
     """(N,) integer class ids -> (N, C) floats; an id outside [0, C) is an error at run time."""
+    attributes = (Attr("num_classes"), Attr("dtype", printed=False))
 
     def __init__(self, labels, num_classes, dtype=np.float32, name=None):
         (labels,) = as_ops(labels)
@@ -47,12 +64,6 @@ class OneHot(Op):
         self.num_classes = int(num_classes)
         super().__init__([labels], shape=labels.shape + (self.num_classes,), dtype=dtype,
                          name=name)
-
-    def attrs(self):
-        return {"num_classes": self.num_classes}
-
-    def with_args(self, args, lead=0):
-        return OneHot(*args, self.num_classes, self.dtype, name=self.name)
 
     def adjoints(self, delta):
         return [None]

@@ -5,9 +5,11 @@ from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
 from .factor_products import FactorProducts
 from .fusion import FusedGroup, Fusion
+from .kernel_planning import KernelGroup, KernelPlanning
 from .operation_batching import OperationBatching
+from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 
-__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching", "AggregateTransformOrder", "FactorProducts",
-           "Fusion", "FusedGroup",
-           "BufferSharing", "MemoryPlan"]
+__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching",
+           "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
+           "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan"]

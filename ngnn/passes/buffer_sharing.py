@@ -1,8 +1,7 @@
 """BufferSharing: liveness over the ordered ops, then buffers reused when lifetimes don't
 overlap, and element-wise ops written in place over an argument that dies with them."""
-from ..op_graph import Assign, ElementWise
+from ..op_graph import Assign, ElementWise, Op
 from .base import GraphPass
-from .fusion import FusedGroup
 
 
 class MemoryPlan:
@@ -39,9 +38,14 @@ class BufferSharing(GraphPass):
                                               computation.transformer)
 
 
+def is_group(step):
+    """Fused groups and kernel groups: steps that are not a single op."""
+    return not isinstance(step, Op)
+
+
 def reads_writes(step, transformer):
-    """(ops read, ops written to fresh storage) by one step: an op or a fused group."""
-    if isinstance(step, FusedGroup):
+    """(ops read, ops written to fresh storage) by one step: an op or a group of ops."""
+    if is_group(step):
         return step.inputs, step.outputs
     return step.args, [step] if transformer.needs_storage(step) else []
 
@@ -54,7 +58,7 @@ def plan_memory(steps, results, transformer):
         return root.get(op, op)
 
     for step in steps:
-        if not isinstance(step, FusedGroup) and (transformer.is_view(step) or
+        if not is_group(step) and (transformer.is_view(step) or
                                                  isinstance(step, Assign)):
             root[step] = root_of(step.args[0])
     end = len(steps)
@@ -75,7 +79,7 @@ def plan_memory(steps, results, transformer):
         for op in reads_writes(step, transformer)[1]:
             if op in plan.into_variable:
                 continue
-            slot = None if isinstance(step, FusedGroup) else \
+            slot = None if is_group(step) else \
                 _inplace_slot(op, i, plan, root_of, last_use, transformer)
             if slot is not None:
                 plan.inplace.add(op)
@@ -97,7 +101,7 @@ def updates_in_place(steps, results, root_of):
     position = {s: i for i, s in enumerate(steps)}
     last_read, users = {}, {}
     for i, step in enumerate(steps):
-        reads = step.inputs if isinstance(step, FusedGroup) else step.args
+        reads = step.inputs if is_group(step) else step.args
         for arg in reads:
             users[arg] = users.get(arg, 0) + 1
             if not isinstance(step, Assign):

@@ -19,6 +19,8 @@ def _freeze(value):
         return ("graph", id(value))
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, slice):      # unhashable before Python 3.12
+        return ("slice", value.start, value.stop, value.step)
     return value
 
 

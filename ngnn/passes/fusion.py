@@ -15,7 +15,7 @@ the group members in `computation.steps` (the execution order) by the groups.
 """
 import heapq
 
-from ..op_graph import (Aggregate, Broadcast, DropoutMask, EdgeSoftmax, ElementWise, Gather,
+from ..op_graph import (Aggregate, Broadcast, EdgeSoftmax, ElementWise, Gather,
                         Reduction, Reshape)
 from .base import GraphPass
 
@@ -53,7 +53,7 @@ def edge_role(op, graph_of):
         return "agg"
     if isinstance(op, EdgeSoftmax):
         return "softmax"
-    row_wise = isinstance(op, (ElementWise, Reshape, Broadcast, DropoutMask)) or \
+    row_wise = isinstance(op, (ElementWise, Reshape, Broadcast)) or \
         isinstance(op, Reduction) and 0 not in op.axes      # reduces within each row
     if op.scope == "e" and row_wise and op.shape and graph_of(op) is not None:
         return "edge"
@@ -65,15 +65,23 @@ def edge_role(op, graph_of):
 class Fusion(GraphPass):
     """Options: `recompute` (default True) lets a group recompute cheap edge values of other
     groups instead of reading them from memory; `max_recompute` bounds the ops recomputed
-    for one value."""
+    for one value; `single_ops` keeps groups of one graph op (a lone op gains nothing from a
+    group on NumPy, but a GPU program runs every graph op inside some group's kernels);
+    `vertex_gathers` lets a group go on through a gather, at the group's own end, of a value
+    it aggregated: that is the vertex's own value, known before its edge loop, so a whole
+    attention (max, sum, weighted sum) becomes one group (the GPU's kernels compute such a
+    value once per vertex; NumPy's blocked groups do not yet)."""
 
-    def __init__(self, recompute=True, max_recompute=16):
+    def __init__(self, recompute=True, max_recompute=16, single_ops=False,
+                 vertex_gathers=False):
         self.recompute = recompute
         self.max_recompute = max_recompute
+        self.single_ops = single_ops
+        self.vertex_gathers = vertex_gathers
 
     def do_pass(self, computation):
         ops = computation.ordered_ops
-        groups = form_groups(ops)
+        groups = form_groups(ops, self.single_ops, self.vertex_gathers)
         if self.recompute:
             for group in groups:
                 add_recompute(group, groups, self.max_recompute)
@@ -82,7 +90,7 @@ class Fusion(GraphPass):
         computation.steps = schedule([op for op in ops if op not in recomputed_only], groups)
 
 
-def form_groups(ops):
+def form_groups(ops, single_ops=False, vertex_gathers=False):
     graph_of = _graph_finder(ops)
     group_of = {}
     groups = []
@@ -110,7 +118,8 @@ def form_groups(ops):
         at = getattr(op, "at", None)
         candidates = []
         for a in op.args:
-            if a in group_of and _fusable_pair(a, op, role):
+            if a in group_of and (_fusable_pair(a, op, role) or vertex_gathers and
+                                  _gathers_own_vertex(a, op, canonical(group_of[a]))):
                 g = canonical(group_of[a])
                 if g not in candidates:
                     candidates.append(g)
@@ -136,7 +145,7 @@ def form_groups(ops):
         target.core.append(op)
         group_of[op] = target
         depends[op] = {g for g in arg_deps if g is not target}
-    live = [g for g in groups if g.merged_into is None and _worth_fusing(g)]
+    live = [g for g in groups if g.merged_into is None and (single_ops or len(g.core) > 1)]
     for i, g in enumerate(live, 1):
         g.index = i
         g.at = g.at or "dst"
@@ -150,6 +159,11 @@ def _fusable_pair(producer, consumer, role):
     if role == "node":
         return producer.scope == "n"       # rule (2): after an aggregation
     return producer.scope == "e"           # rules (0) and (1)
+
+
+def _gathers_own_vertex(producer, gather, group):
+    return isinstance(gather, Gather) and producer.scope == "n" and \
+        group.graph is gather.graph and group.at == gather.by
 
 
 def _compatible(group, graph, at, op, group_of, canonical):
@@ -186,11 +200,6 @@ def _merge(into, other):
     other.core = []
 
 
-def _worth_fusing(group):
-    """A lone op gains nothing from a group: its own kernel does the same work."""
-    return len(group.core) > 1
-
-
 def _graph_finder(ops):
     """The graph an edge-scoped value runs over (inherited from its arguments)."""
     graph = {}
@@ -207,8 +216,10 @@ def add_recompute(group, groups, limit):
     edge-side ancestry is short, made only of gathers and element-wise ops, and nowhere
     wider than the value itself: recomputing then reads no more per edge than loading the
     stored value would (GAT's attention logits, (E, H, 1) from (N, H, 1) gathers, are
-    recomputed; a per-head dot product over gathered (E, H, F) features is stored). Edge
-    values stored outside groups are leaves of the chain."""
+    recomputed; a per-head dot product over gathered (E, H, F) features is stored). An edge
+    value of the ancestry that is narrower than the recomputed one is read, not recomputed
+    (GAT's backward recomputes alpha * gathered gradient, (E, H, F), from the stored
+    (E, H, 1) attention instead of storing the product)."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
@@ -236,9 +247,11 @@ def _recompute_chain(op, owner, limit):
         if len(chain) > limit:
             return None
         if not isinstance(x, Gather):
-            # Edge values made outside every group (dropout masks, edge inputs) are stored
-            # anyway: the chain reads them as they are.
-            stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None)
+            stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None
+                         and (a.size >= op.size or isinstance(a, Gather)))
+            if any(a.scope == "e" and owner.get(a) is None and not isinstance(a, Gather)
+                   for a in x.args):
+                return None
     return chain
 
 
@@ -268,6 +281,14 @@ def finish_groups(groups, ops, results):
                      if op in result_set or any(u not in members and
                                                 not _recomputes(u, op, covered)
                                                 for u in users.get(op, ()))]
+    # A group recomputing a gather of a value another group made inside itself (a vertex
+    # gather) reads that value: it must be stored, so it is an output there too.
+    owner = {op: g for g in groups for op in g.core}
+    for g in groups:
+        for a in g.inputs:
+            home = owner.get(a)
+            if home is not None and home is not g and a not in home.outputs:
+                home.outputs = [op for op in home.core if op in home.outputs or op is a]
     return {op for g in groups for op in _drop_dead(g, users)}
 
 

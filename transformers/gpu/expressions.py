@@ -11,9 +11,11 @@ import re
 
 import numpy as np
 
+from ngnn import philox
 from ngnn.naming import Namer, sanitize
-from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, DropoutMask, EdgeSoftmax,
-                           ElementWise, Gather, OneHot, Reshape, Slice, Transpose)
+from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, Dropout, EdgeSoftmax,
+                           ElementWise, Gather, Max, Mean, Min, OneHot, Reduction, Reshape, Slice,
+                           Transpose)
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "char", "int16": "short",
           "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort",
@@ -48,6 +50,14 @@ def literal(value, dtype):
     if dtype.name == "int64" and value == np.iinfo(np.int64).min:
         return "(-9223372036854775807L - 1L)"
     return f"{value}{suffix}"
+
+
+def attribute_literals(op):
+    """An element-wise op's numeric attributes as C literals, for its `c` template."""
+    values = {a.field: getattr(op, a.field) for a in op.attributes}
+    real = op.dtype if op.dtype.kind == "f" else np.float32
+    return {name: literal(v, real if isinstance(v, float) else np.int64)
+            for name, v in values.items() if isinstance(v, (int, float))}
 
 
 def extreme(dtype, largest):
@@ -104,11 +114,13 @@ class KernelParams:
     """The parameters one kernel needs: stored tensors it reads, graph index arrays, and
     whether it needs the call number (`step`, for dropout masks)."""
 
-    def __init__(self, plan, taken=()):
+    def __init__(self, plan, computed, taken=()):
         self.plan = plan
+        self.computed = computed  # ops this kernel computes in registers
         self.namer = Namer(taken)
         self.tensors = {}         # base op -> C name
         self.graph_arrays = {}    # (graph, attribute) -> C name
+        self.sparse_arrays = {}   # (sparse placeholder, part) -> C name
         self.uses_step = False
         self.uses_double = False
         self.counter = 0
@@ -120,11 +132,21 @@ class KernelParams:
             self.tensors[base] = self.namer(f"in_{sanitize(base.name or base.op_name)}")
         return self.tensors[base]
 
+    def is_stored(self, op):
+        return op not in self.computed
+
     def graph_array(self, graph, attribute):
         key = (graph, attribute)
         if key not in self.graph_arrays:
             self.graph_arrays[key] = self.namer(f"graph_{attribute}")
         return self.graph_arrays[key]
+
+    def sparse_array(self, placeholder, part):
+        """One array of a sparse placeholder's CSR and CSC forms (SparseInput.PARTS)."""
+        key = (placeholder, part)
+        if key not in self.sparse_arrays:
+            self.sparse_arrays[key] = self.namer(f"sparse_{part}")
+        return self.sparse_arrays[key]
 
     def fresh(self, prefix="v"):
         self.counter += 1
@@ -145,6 +167,7 @@ class Block:
         self.lines = []
         self.cache = {}
         self.loop = None          # (edge id, graph, end, vertex, hoisting block) of a loop body
+        self.counter = None       # the variable of a counted loop whose body this is
 
     def child(self):
         return Block(self.params, self, self.indent + "    ")
@@ -160,6 +183,17 @@ class Block:
                 return block.loop
             block = block.parent
         return None
+
+    def hoistable(self, loop, coords):
+        """May a value at `coords` be computed before `loop`, the enclosing edge loop? Not
+        when a coordinate reads the edge id or a counter of a loop inside it."""
+        inner = {loop[0]}
+        block = self
+        while block is not None and block.loop is not loop:
+            if block.counter:
+                inner.add(block.counter)
+            block = block.parent
+        return not any(re.search(rf"\b{v}\b", c) for v in inner for c in coords)
 
     def edge_loop(self, graph, at, vertex, pre=None):
         """Opens a loop over the edges of `vertex` (its in-edges for at="dst"): returns the
@@ -215,7 +249,7 @@ class Block:
         if found is None:
             if isinstance(op, Constant) and op.is_scalar:
                 found = literal(op.value, op.dtype)
-            elif self.params.plan.is_stored(op):
+            elif self.params.is_stored(op):
                 found = self.load(op, flat_index(coords, op.shape))
             else:
                 found = self.compute(op, coords)
@@ -224,7 +258,7 @@ class Block:
 
     def value_at_flat(self, op, flat):
         """`op` at row-major offset `flat`: a stored op is loaded there directly."""
-        if self.params.plan.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
+        if self.params.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
             return self.load(op, flat)
         var = self.declare(np.int32, flat, "i")
         return self.value(op, unravel(var, op.shape))
@@ -241,10 +275,14 @@ class Block:
             if op.dtype == np.bool_:
                 return self.declare(op.dtype, f"(({value}) != 0)")
             return self.declare(op.dtype, f"({ctype(op.dtype)})({value})")
+        if isinstance(op, Dropout):
+            x = self.value(op.args[0], coords)
+            return self.dropout(op, x, flat_index(coords, op.shape))
         if isinstance(op, ElementWise):
             t = ctype(op.dtype)
-            fields = {name: f"(({t}){self.value(a, broadcast_coords(coords, a.shape, op.shape))})"
-                      for name, a in zip(("x", "y"), op.args)}
+            fields = attribute_literals(op)
+            fields.update((name, f"(({t}){self.value(a, broadcast_coords(coords, a.shape, op.shape))})")
+                          for name, a in zip(("x", "y"), op.args))
             expr = in_precision(op.c.format(out_ctype=t, **fields), op.dtype)
             return self.declare(op.dtype, f"({t})({expr})")
         if isinstance(op, Broadcast):
@@ -272,17 +310,17 @@ class Block:
             (x,) = op.args
             loop = self._loop_of(coords[0])
             if loop and loop[1] is op.graph and loop[2] == op.by and \
-                    not any(loop[0] in c for c in coords[1:]):
+                    self.hoistable(loop, coords[1:]):
                 # Inside a loop over this vertex's edges: the gathered value is the
                 # vertex's own, computed once before the loop.
                 return loop[4].value(x, (loop[3],) + coords[1:])
             return self.value(x, (self.end_vertex(op.graph, op.by, coords[0]),) + coords[1:])
+        if isinstance(op, Reduction):
+            return self.reduction(op, coords)
         if isinstance(op, Aggregate):
             return self.aggregate(op, coords)
         if isinstance(op, EdgeSoftmax):
             return self.edge_softmax(op, coords)
-        if isinstance(op, DropoutMask):
-            return self.dropout(op, flat_index(coords, op.shape))
         if isinstance(op, OneHot):
             label = self.value(op.args[0], coords[:-1])
             return self.declare(op.dtype, f"({label} == ({coords[-1]})) ? "
@@ -316,13 +354,45 @@ class Block:
         final = f"{acc} / ({t})({end} - {start})" if op.reduce == "mean" else acc
         return self.declare(op.dtype, f"{end} > {start} ? {final} : {literal(0, op.dtype)}")
 
+    def reduction(self, op, coords):
+        """A row-wise reduction in registers: a loop over the reduced coordinates (the
+        per-head sums of a fused group)."""
+        (x,) = op.args
+        t = ctype(op.dtype)
+        reduced = [x.shape[a] for a in op.axes]
+        count = int(np.prod(reduced, dtype=np.int64))
+        kept = iter(c for i, c in enumerate(coords) if not (op.keepdims and i in op.axes))
+        r = self.params.fresh("r")
+        reduced_coords = iter(unravel(r, reduced))
+        x_coords = [next(reduced_coords) if i in op.axes else next(kept)
+                    for i in range(x.ndim)]
+        acc = self.params.fresh("acc")
+        self.params.note_dtype(op.dtype)
+        if isinstance(op, Max):     # Min subclasses Max
+            better = "<" if isinstance(op, Min) else ">"
+            self.emit(f"{t} {acc} = {extreme(op.dtype, largest=isinstance(op, Min))};")
+        else:
+            self.emit(f"{t} {acc} = {literal(0, op.dtype)};")
+        body = self.child()
+        body.counter = r
+        value = f"(({t}){body.value(x, x_coords)})"
+        body.emit(f"{acc} = {value} {better} {acc} ? {value} : {acc};" if isinstance(op, Max)
+                  else f"{acc} += {value};")
+        self.emit(f"for (int {r} = 0; {r} < {count}; ++{r}) {{")
+        self.nest(body)
+        self.emit("}")
+        if isinstance(op, Mean):
+            return self.declare(op.dtype, f"{acc} / {literal(max(count, 1), op.dtype)}")
+        if isinstance(op, Max) and not count:
+            return literal(0, op.dtype)
+        return acc
+
     def edge_softmax(self, op, coords):
         """exp(x - max) / sum over the edges of the edge's vertex. Inside an aggregation's
         loop over the same vertex the max and sum are computed once, before that loop."""
         eid, rest = coords[0], coords[1:]
         loop = self._loop_of(eid)
-        if loop and loop[1] is op.graph and loop[2] == op.at and \
-                not any(eid in c for c in rest):
+        if loop and loop[1] is op.graph and loop[2] == op.at and self.hoistable(loop, rest):
             vertex, outer = loop[3], loop[4]
         else:
             vertex, outer = self.end_vertex(op.graph, op.at, eid), self
@@ -348,14 +418,13 @@ class Block:
             close()
         return peak, total
 
-    def dropout(self, op, flat):
-        """keep / (1 - rate), keep = u >= rate with u the Philox float at counter
-        step * size + flat: the numbers ngnn.philox gives the NumPy transformer."""
+    def dropout(self, op, x, flat):
+        """x * keep / (1 - rate) at row-major position `flat` of call `step`, keep drawn by
+        Philox4x64 exactly as ngnn.philox draws it for the NumPy transformer (and with its
+        arithmetic: x times the scale, then times 0 or 1)."""
         self.params.uses_step = True
-        seed = op.seed
-        base = f"((ulong)step * {op.size}UL)"
-        u = self.declare(np.float32, f"philox_uniform_at({seed & 0xFFFFFFFF}u, {seed >> 32}u, "
-                         f"(uint){base}, (uint)({base} >> 32), (uint)({flat}), 0u)", "u")
-        scale = op.dtype.type(1.0 / (1.0 - op.rate))
-        return self.declare(op.dtype, f"{u} >= {literal(op.rate, np.float32)} ? "
-                            f"{literal(scale, op.dtype)} : {literal(0, op.dtype)}")
+        keep = self.declare(np.int32, f"philox_word({op.seed}UL, (ulong)({flat}), "
+                            f"(ulong)step) >= {philox.keep_threshold(op.rate)}u", "keep")
+        t = ctype(op.dtype)
+        scaled = f"(({t}){x} * {literal(philox.keep_scale(op.rate, op.dtype), op.dtype)})"
+        return self.declare(op.dtype, f"{scaled} * ({t}){keep}")

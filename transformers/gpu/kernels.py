@@ -1,23 +1,29 @@
 """GPU kernels: one GPUKernel per planned root op, rendered from the Jinja templates.
 
-`GPUKernelGenerator.generate(root)` dispatches on the root's type (ngraph's
+`GPUKernelGenerator.kernel_for(root, step)` dispatches on the root's type (ngraph's
 `GPUKernelGroup.add_kernel`); every generator reads its inputs through `Block.value`, so
-the producers the plan put inline are fused into the kernel, and ElementWiseKernel (any
-op evaluable per element, plus everything fused into it) is the default.
+the ops the kernel plan inlines are computed in registers, and ElementWiseKernel (any op
+evaluable per element, plus everything inlined into it) is the default. A kernel of a
+fused group is named after it (`fusedGraph3_sum`).
 """
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.naming import Namer, sanitize
+from ngnn import philox
 from ngnn.op_graph import (Aggregate, Concat, Dot, EdgeSoftmax, LogSoftmax, Max, Mean, Min, Op,
-                           Reduction, Softmax, Unslice)
+                           Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
+from ngnn.op_graph.layout import slice_length
+from ngnn.op_graph.sparse import sparse_source
+from ngnn.passes import KernelGroup
 
 from .expressions import (Block, KernelParams, broadcast_coords, ctype, extreme, flat_index,
                           literal, unravel)
 from .runtime import template_environment
 
 PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softmax",
-            "gemm.j2": "gemm", "aggregate.j2": "agg", "edge_softmax.j2": "edge_softmax"}
+            "gemm.j2": "gemm", "aggregate.j2": "agg", "edge_softmax.j2": "edge_softmax",
+            "edge_map.j2": "edge", "sparse_dot.j2": "spmm"}
 WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
@@ -38,7 +44,8 @@ def round_up(n, step):
 class GPUKernel:
     """A kernel of a computation: template and fields to render it in either dialect, the
     launch geometry, and `bindings`, what each parameter is bound to at launch:
-    ("out", op), ("tensor", op), ("graph", graph, attribute) or ("step",)."""
+    ("out", op), ("tensor", op), ("graph", graph, attribute), ("sparse", placeholder, part)
+    or ("step",)."""
 
     def __init__(self, name, op, template, fields, params, global_size, local_size):
         self.name = name
@@ -49,11 +56,14 @@ class GPUKernel:
         self.uses_double = params.uses_double or op.dtype == np.float64
         self.bindings = [("out", op)] + [("tensor", t) for t in params.tensors] + \
             [("graph", g, attr) for g, attr in params.graph_arrays] + \
+            [("sparse", p, part) for p, part in params.sparse_arrays] + \
             ([("step",)] if params.uses_step else [])
         decls = [f"GLOBAL {ctype(op.dtype)}* RESTRICT out"]
         decls += [f"GLOBAL const {ctype(t.dtype)}* RESTRICT {name}"
                   for t, name in params.tensors.items()]
         decls += [f"GLOBAL const int* RESTRICT {name}" for name in params.graph_arrays.values()]
+        decls += [f"GLOBAL const {ctype(p.dtype) if part == 'data' else 'int'}* RESTRICT {name}"
+                  for (p, part), name in params.sparse_arrays.items()]
         decls += ["uint step"] if params.uses_step else []
         self.signature = ", ".join(decls)
         self.global_size = tuple(global_size)
@@ -84,13 +94,43 @@ class GPUKernelGenerator(TypeDispatched):
     def __init__(self, plan):
         self.plan = plan
         self.namer = Namer()
+        self.step = None
+
+    def kernel_for(self, root, step):
+        """The kernel writing `root`, computing what `step` (a KernelGroup, or the root op
+        alone) inlines."""
+        self.step = step
+        group = step.group if isinstance(step, KernelGroup) else None
+        if group is not None and root.scope == "e" and not isinstance(root, EdgeSoftmax):
+            return self.edge_values(root, group)
+        return self.generate(root)
+
+    def edge_values(self, op, group):
+        """An edge value of a fused group, from the group's loop over each vertex's edges."""
+        params = self.params()
+        indptr, eids = self.csr(params, group.graph, group.at)
+        features = op.shape[1:]
+        hoisted = Block(params, indent="        ")
+        block = Block(params, hoisted, indent="            ")
+        block.loop = ("eid", group.graph, group.at, "vertex", hoisted)
+        value = block.compute(op, ["eid"] + unravel("f", features))
+        size = int(np.prod(features, dtype=np.int64))
+        local = pow2_at_most(size, FEATURE_THREADS)
+        fields = {"indptr": indptr, "eids": eids, "features": size, "hoisted": hoisted.text(),
+                  "edge_compute": block.text(), "value": value}
+        return self.kernel(op, "edge_map.j2", fields, params,
+                           (group.graph.num_nodes * local,), (local,))
 
     def params(self):
-        return KernelParams(self.plan, taken=("out",))
+        group = self.step if isinstance(self.step, KernelGroup) else None
+        computed = group.inlined if group else set()
+        return KernelParams(self.plan, computed, taken=("out",))
 
     def kernel(self, op, template, fields, params, global_size, local_size):
         # The template's prefix keeps kernel names clear of C functions (exp, max, ...).
-        name = self.namer(f"{PREFIXES[template]}_{sanitize(op.name or op.op_name)}")
+        group = self.step.group if isinstance(self.step, KernelGroup) else None
+        prefix = group.name if group else PREFIXES[template]
+        name = self.namer(f"{prefix}_{sanitize(op.name or op.op_name)}")
         return GPUKernel(name, op, template, fields, params, global_size, local_size)
 
     @generate.on_type(Op)
@@ -138,7 +178,7 @@ class GPUKernelGenerator(TypeDispatched):
             if isinstance(k, int):
                 tests.append(f"({c}) == {k}")
                 continue
-            last = k.start + k.step * (len(range(k.start, k.stop, k.step)) - 1)
+            last = k.start + k.step * (slice_length(k) - 1)
             low, high = min(k.start, last), max(k.start, last)
             tests.append(f"({c}) >= {low} && ({c}) <= {high}")
             if k.step != 1:
@@ -228,6 +268,41 @@ class GPUKernelGenerator(TypeDispatched):
         return self.kernel(op, "gemm.j2", fields, params,
                            (round_up(n, GEMM_TILE), round_up(m, GEMM_TILE), batches),
                            (GEMM_TILE, GEMM_TILE, 1))
+
+    @generate.on_type(SparseDot)
+    def generate(self, op):
+        return self.sparse_product(op, transposed=False)
+
+    @generate.on_type(SparseTransposedDot)
+    def generate(self, op):
+        return self.sparse_product(op, transposed=True)
+
+    def sparse_product(self, op, transposed):
+        """X @ W over X's CSR, or X^T @ D over X's CSC; X's dropouts applied per value."""
+        x, dense = op.args
+        source, dropouts = sparse_source(x)
+        params = self.params()
+        arrays = ("colptr", "rowidx") if transposed else ("indptr", "indices")
+        ptr, idx = (params.sparse_array(source, part) for part in arrays)
+        block = Block(params, indent="            ")
+        slot = f"{params.sparse_array(source, 'perm')}[k]" if transposed else "k"
+        value = block.declare(op.dtype, f"{params.sparse_array(source, 'data')}[{slot}]")
+        row, col = ("other", "row") if transposed else ("row", "other")
+        position = f"(ulong){row} * {x.shape[1]}UL + (ulong){col}"
+        for d in reversed(dropouts):            # innermost first, as they were applied
+            params.uses_step = True
+            keep = block.declare(np.int32, f"philox_word({d.seed}UL, {position}, "
+                                 f"(ulong)step) >= {philox.keep_threshold(d.rate)}u", "keep")
+            t = ctype(op.dtype)
+            scale = literal(philox.keep_scale(d.rate, op.dtype), op.dtype)
+            value = block.declare(op.dtype, f"({t})({value} * {scale}) * ({t}){keep}")
+        dense_value = block.value(dense, ["other", "j"])
+        columns = op.shape[1]
+        local = pow2_at_most(columns, FEATURE_THREADS)
+        fields = {"ptr": ptr, "idx": idx, "columns": columns, "acc_type": ctype(op.dtype),
+                  "body": block.text(), "value": value, "dense": dense_value}
+        return self.kernel(op, "sparse_dot.j2", fields, params, (op.shape[0] * local,),
+                           (local,))
 
     def csr(self, params, graph, at):
         if at == "dst":

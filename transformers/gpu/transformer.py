@@ -1,10 +1,11 @@
 """The GPU transformer: each computation becomes one program of kernels over device buffers.
 
-Pipeline per computation (seed 002's design): the graph passes, then `KernelPlanning`
-decides which ops get a kernel and which are fused into their readers, the kernel
-generator renders one GPUKernel per planned root from the templates, the per-kernel memory
-plan assigns buffers, and a GPUKernelGroup (the executor) uploads parameters, launches the
-kernels in order, downloads the results and lands deferred assignments.
+Pipeline per computation (seed 002's design): the graph passes, then Fusion (its groups),
+`KernelPlanning` (one kernel per group output, element-wise producers computed in the
+registers of the kernel that reads them) and BufferSharing (the buffers, as for NumPy);
+this transformer only lowers that plan: the kernel generator renders one GPUKernel per
+planned root from the templates, and a GPUKernelGroup (the executor) uploads parameters,
+launches the kernels in order, downloads the results and lands deferred assignments.
 
 Layout ops: a Reshape that is not fused is a view (same buffer, same row-major order);
 Transpose, Broadcast and Slice never get storage of their own unless they are results:
@@ -15,10 +16,10 @@ from functools import lru_cache
 import numpy as np
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
+from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning
 
 from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
 from .kernels import GPUKernelGenerator
-from .planning import KernelPlanning, plan_memory
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 
 GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
@@ -89,6 +90,47 @@ def render_program(kernels, dialect):
         dialect=dialect, fp64=fp64, kernels=parts)
 
 
+def kernel_roots(step):
+    """The ops a step launches a kernel for: a kernel group's outputs, or an op that is a
+    kernel by itself (anything but a leaf, a view or an assignment)."""
+    if isinstance(step, KernelGroup):
+        return step.outputs
+    if isinstance(step, (Placeholder, Variable, Constant, Assign, Reshape)):
+        return []
+    return [step]
+
+
+class SparseInput:
+    """The device arrays of a sparse placeholder's value, uploaded on each call: its CSR
+    (indptr, indices, data) for X @ W, and its CSC (colptr, rowidx, plus perm, the CSR slot
+    of each CSC slot) for X^T @ D. Buffers grow when a call brings more stored values."""
+
+    PARTS = ("indptr", "indices", "data", "colptr", "rowidx", "perm")
+
+    def __init__(self, transformer, placeholder):
+        self.transformer = transformer
+        self.placeholder = placeholder
+        self.buffers = {}
+
+    def set(self, matrix):
+        num_rows, num_cols = matrix.shape
+        rows = np.repeat(np.arange(num_rows, dtype=np.int32), np.diff(matrix.indptr))
+        perm = np.lexsort((rows, matrix.indices)).astype(np.int32)
+        colptr = np.zeros(num_cols + 1, np.int32)
+        np.cumsum(np.bincount(matrix.indices, minlength=num_cols), out=colptr[1:])
+        arrays = {"indptr": matrix.indptr, "indices": matrix.indices, "data": matrix.data,
+                  "colptr": colptr, "rowidx": rows[perm], "perm": perm}
+        runtime = self.transformer.runtime
+        for part, array in arrays.items():
+            array = np.ascontiguousarray(array, dtype=self.placeholder.dtype
+                                         if part == "data" else np.int32)
+            buffer = self.buffers.get(part)
+            if buffer is None or buffer.nbytes < array.nbytes:
+                buffer = self.buffers[part] = runtime.alloc(max(array.nbytes, 4))
+            if array.nbytes:
+                runtime.write(buffer, 0, array)
+
+
 class GPUKernelGroup:
     """The executor: `kernels` in launch order; called with the parameter values and the
     call number."""
@@ -111,7 +153,8 @@ class GPUKernelGroup:
         for tensor, value in zip(self.parameters, values):
             tensor.set(value)
         for kernel, global_size, local_size, bound in self.launches:
-            call_args = [np.uint32(step) if a is None else a for a in bound]
+            call_args = [np.uint32(step) if a is None else
+                         a[0].buffers[a[1]] if isinstance(a, tuple) else a for a in bound]
             runtime.launch(kernel, global_size, local_size, call_args)
         # Assignments land after every kernel, so every read saw the old values; a variable
         # among the results then reads as its new value, as on the NumPy transformer.
@@ -155,10 +198,13 @@ class GPUTransformer(Transformer):
         return isinstance(op, Reshape)
 
     def late_passes(self):
-        # Fusion only records its groups here (comp.fusion_groups, shown in the IR): the
-        # kernel plan fuses by itself, through index expressions; fusion=False gives one
-        # kernel per op.
-        return self.fusion_passes() + [KernelPlanning(fuse=self.fusion)]
+        # Every graph op runs inside a group's kernels, lone ones in groups of their own;
+        # fusion=False gives one kernel per op.
+        return self.fusion_passes(single_ops=True, vertex_gathers=True) + \
+            [KernelPlanning(inline=self.fusion), BufferSharing()]
+
+    def inplace_ok(self, op):
+        return False      # kernel arguments are declared restrict: never out and in at once
 
     def allocate_variable(self, variable):
         return new_tensor(self, variable.shape, variable.dtype, variable.name)
@@ -182,16 +228,16 @@ class GPUTransformer(Transformer):
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
         generator = GPUKernelGenerator(plan)
-        kernels = [generator.generate(root) for root in plan.kernels]
+        kernels = [generator.kernel_for(root, step) for step in plan.steps
+                   for root in kernel_roots(step)]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
-        memory = plan_memory(plan, {k.op: k.inputs for k in kernels}, computation.results,
-                             [a.args[1] for a in assigns])
-        computation.memory_plan = memory
+        memory = computation.memory_plan
         buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
                    for i, nbytes in enumerate(memory.buffer_bytes)]
         for storage in buffers:
             storage.allocate()
-        placeholders = {p: new_tensor(self, p.shape, p.dtype, p.name)
+        placeholders = {p: SparseInput(self, p) if p.is_sparse else
+                        new_tensor(self, p.shape, p.dtype, p.name)
                         for p in computation.parameters}
 
         def tensor_of(op):
@@ -204,6 +250,8 @@ class GPUTransformer(Transformer):
                 tensor = self.variable_tensor(base)
             elif isinstance(base, Constant):
                 tensor = self.constant_tensor(base)
+            elif base in memory.into_variable:     # an update written in place
+                tensor = self.variable_tensor(memory.into_variable[base])
             else:
                 tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
             return tensor.view(op.shape)
@@ -221,6 +269,8 @@ class GPUTransformer(Transformer):
                     bound.append(tensor_of(binding[1]).buffer)
                 elif binding[0] == "graph":
                     bound.append(self.graph_tensor(*binding[1:]).buffer)
+                elif binding[0] == "sparse":
+                    bound.append((placeholders[binding[1]], binding[2]))   # set per call
                 else:
                     bound.append(None)      # the call number, known at launch
             launches.append((built[k.name], k.global_size, k.local_size, bound))
@@ -230,6 +280,7 @@ class GPUTransformer(Transformer):
         computation.executor = GPUKernelGroup(
             self, kernels, launches, [placeholders[p] for p in computation.parameters],
             [tensor_of(r) for r in computation.results],
-            [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns],
+            [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns
+             if plan.base(a.args[1]) not in memory.into_variable],
             label_checks)
         computation._source = source

@@ -6,21 +6,21 @@ more than a template have a `generate_op` method here, chosen by op type.
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
-from ngnn.op_graph import (Aggregate, Concat, DropoutMask, EdgeSoftmax, Gather, LogSoftmax, Op,
-                           OneHot, Softmax)
+from ngnn.op_graph import (Aggregate, Concat, Dropout, EdgeSoftmax, Gather, LogSoftmax, Op,
+                           OneHot, Softmax, SparseDot, SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
 
 generate_op = on_type
 
 
 def template_fields(op, out, args, shape=None):
-    """What an op's `numpy` template may mention: {out}, {x}, {y}, {xs} and attributes."""
-    fields = {"out": out, "xs": ", ".join(args), "shape": shape or op.shape}
+    """What an op's `numpy` template may mention: {out}, {x}, {y}, {xs} and the op's
+    declared attributes by field name."""
+    fields = {a.field: getattr(op, a.field) for a in op.attributes}
+    if "key" in fields:
+        fields["key"] = format_index(fields["key"])
+    fields.update(out=out, xs=", ".join(args), shape=shape or op.shape)
     fields.update(zip(("x", "y"), args))
-    for key in ("axes", "axis", "key"):
-        if hasattr(op, key):
-            value = getattr(op, key)
-            fields[key] = format_index(value) if key == "key" else value
     return fields
 
 
@@ -56,9 +56,24 @@ class NumPyCodeGenerator(TypeDispatched):
     def generate_op(self, op, out, args):
         return [f"K.log_softmax({args[0]}, axis={op.axis}, out={out})"]
 
-    @generate_op.on_type(DropoutMask)
+    @generate_op.on_type(Dropout)
     def generate_op(self, op, out, args):
-        return [f"K.dropout_mask(seed={op.seed}, step=step, rate={op.rate!r}, out={out})"]
+        return [f"K.dropout({args[0]}, seed={op.seed}, step=step, rate={op.rate!r}, "
+                f"out={out})"]
+
+    @generate_op.on_type(SparseDropout)
+    def generate_op(self, op, out, args):
+        # A new CSR matrix (its size is the fed matrix's, unknown to the memory plan).
+        return [f"{out} = K.sparse_dropout({args[0]}, seed={op.seed}, step=step, "
+                f"rate={op.rate!r})"]
+
+    @generate_op.on_type(SparseDot)
+    def generate_op(self, op, out, args):
+        return [f"K.sparse_dot({args[0]}, {args[1]}, out={out})"]
+
+    @generate_op.on_type(SparseTransposedDot)
+    def generate_op(self, op, out, args):
+        return [f"K.sparse_transposed_dot({args[0]}, {args[1]}, out={out})"]
 
     @generate_op.on_type(OneHot)
     def generate_op(self, op, out, args):

@@ -8,10 +8,10 @@ import scipy.sparse
 
 from ngnn import philox
 
-try:   # SciPy's kernel for CSR @ dense that accumulates into a given output
-    from scipy.sparse._sparsetools import csr_matvecs
+try:   # SciPy's kernels for CSR (CSC) @ dense that accumulate into a given output
+    from scipy.sparse._sparsetools import csc_matvecs, csr_matvecs
 except ImportError:        # pragma: no cover - other SciPy layouts
-    csr_matvecs = None
+    csc_matvecs = csr_matvecs = None
 
 
 def view(buffer, shape, dtype):
@@ -111,9 +111,50 @@ def log_softmax(x, axis, out):
     return out
 
 
-def dropout_mask(seed, step, rate, out):
-    """keep / (1 - rate), keep = u >= rate, u from Philox at counters step*size + i."""
-    return _mask(philox.uniform(seed, step * out.size, out.size), rate, out)
+def dropout(x, seed, step, rate, out):
+    """out = x * keep / (1 - rate); keep drawn by Philox (ngnn/philox.py) from the seed, the
+    call number and each element's flat index."""
+    return philox.dropout(x, seed, step, rate, out)
+
+
+def dropout_keep(seed, step, rate, shape):
+    """The keep bits of a whole tensor's dropout mask (one byte each): a fused group draws
+    them once at C speed and reads the rows of each block."""
+    return philox.keep_bits(seed, step, rate, np.empty(shape, np.bool_))
+
+
+def apply_keep(x, keep, rate, out):
+    """out = x * keep / (1 - rate) (the arithmetic of philox.dropout)."""
+    np.multiply(x, philox.keep_scale(rate, out.dtype), out=out)
+    out *= keep
+    return out
+
+
+def sparse_dropout(x, seed, step, rate):
+    """Dropout of the stored values of a CSR matrix: the value at (i, j) gets the mask of
+    dense position i * F + j, so it equals the dense dropout there."""
+    rows = np.repeat(np.arange(x.shape[0], dtype=np.uint64), np.diff(x.indptr))
+    positions = rows * np.uint64(x.shape[1]) + x.indices.astype(np.uint64)
+    data = philox.dropout_at(x.data, seed, step, rate, positions, np.empty_like(x.data))
+    return scipy.sparse.csr_matrix((data, x.indices, x.indptr), shape=x.shape)
+
+
+def sparse_dot(x, w, out):
+    """out = x @ w for a CSR x, without densifying x."""
+    return spmm(x, w, out)
+
+
+def sparse_transposed_dot(x, d, out):
+    """out = x^T @ d for a CSR x: its arrays read as the CSC form of x^T."""
+    d = np.ascontiguousarray(d, dtype=out.dtype)
+    if csc_matvecs is None:
+        np.copyto(out, x.T @ d)
+        return out
+    out.fill(0)
+    if x.nnz and out.size:
+        csc_matvecs(x.shape[1], x.shape[0], d.shape[1], x.indptr, x.indices,
+                    x.data.astype(out.dtype, copy=False), d.reshape(-1), out.reshape(-1))
+    return out
 
 
 def one_hot(labels, out):
@@ -215,15 +256,3 @@ def segment_softmax(values, seg):
     return out
 
 
-def dropout_mask_rows(seed, step, rate, rows, size, out):
-    """Rows `rows` of the dropout mask of a tensor of `size` elements shaped
-    (rows,) + out.shape[1:]: the numbers `dropout_mask` draws for the whole tensor."""
-    width = int(np.prod(out.shape[1:], dtype=np.int64))
-    flat = rows.astype(np.uint64)[:, None] * np.uint64(width) + np.arange(width, dtype=np.uint64)
-    return _mask(philox.uniform_at(seed, np.uint64(step * size) + flat), rate, out)
-
-
-def _mask(u, rate, out):
-    np.greater_equal(u.reshape(out.shape), rate, out=out, casting="unsafe")
-    out *= out.dtype.type(1.0 / (1.0 - rate))
-    return out

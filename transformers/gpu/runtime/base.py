@@ -66,8 +66,8 @@ class Runtime(ABC):
     def launch(self, kernel, global_size, local_size, args):
         """Run `kernel` on `global_size` work-items per dimension in groups of `local_size`.
 
-        `args` are DeviceBuffers or NumPy scalars (np.int32, np.uint32, np.float32) in the order of
-        the kernel's parameters.
+        `args` are DeviceBuffers or NumPy scalars (np.int32, np.uint32, np.uint64, np.float32)
+        in the order of the kernel's parameters.
         """
 
     @abstractmethod
@@ -116,9 +116,9 @@ def check_launch(global_size, local_size, args):
             raise ValueError(f"global_size {global_size} must be a positive multiple of "
                              f"local_size {local_size} in every dimension")
     for i, arg in enumerate(args):
-        if not isinstance(arg, (DeviceBuffer, np.int32, np.uint32, np.float32)):
+        if not isinstance(arg, (DeviceBuffer, np.int32, np.uint32, np.uint64, np.float32)):
             raise TypeError(f"kernel argument {i} is {type(arg).__name__}; expected a DeviceBuffer "
-                            f"or np.int32 / np.uint32 / np.float32")
+                            f"or np.int32 / np.uint32 / np.uint64 / np.float32")
     return global_size, local_size
 
 

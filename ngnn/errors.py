@@ -1,8 +1,9 @@
-"""Errors that point at the user's line, not at ngnn's internals."""
+"""Errors that point at the user's line, not at ngnn's internals. This module sits below
+the op-graph and the front end, so ops can raise them without importing upward."""
 import os
 import traceback
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def user_frame():

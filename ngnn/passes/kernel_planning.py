@@ -1,0 +1,157 @@
+"""KernelPlanning: the kernels of a GPU program, from the Fusion pass's groups.
+
+A kernel writes one stored value (its root) and computes, in registers, every op it inlines:
+ops it can evaluate at any coordinate from their arguments (seed 000's broadcast index
+propagation). The plan keeps Fusion's decisions whole:
+  - each output of a fused group is the root of one kernel named after the group, and the
+    group's other ops, recomputed ones included, are inlined into those kernels; so a value
+    is stored exactly where Fusion says it is (`recompute`, `max_recompute` included);
+  - outside the groups, an op a kernel can evaluate per coordinate is inlined into the
+    kernel that reads it when all its readers sit in that kernel: a chain of element-wise
+    ops becomes one kernel (ngraph's ElementWiseKernel), a dense softmax reads its exp
+    chain from registers; a sparse dropout is applied per stored value by every product
+    reading it. Every other op is the root of a kernel of its own.
+A Reshape nobody inlines is a view: same bytes, same order, no kernel.
+
+The pass replaces the steps of the computation by `KernelGroup`s (and plain ops for
+kernels that inline nothing), so BufferSharing plans the buffers the kernels read and write,
+and the IR shows exactly the kernels that run.
+"""
+from ..op_graph import (Assign, Broadcast, Constant, ElementWise, Gather, OneHot,
+                        Placeholder, Reshape, Slice, Transpose, Variable)
+from .base import GraphPass
+from .fusion import FusedGroup
+
+# Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
+INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
+LEAVES = (Placeholder, Variable, Constant)
+
+
+class KernelGroup:
+    """One step of a GPU program: one kernel per output, each computing the `inlined` ops
+    it needs in registers. `group` is the Fusion group it runs, if any; `inputs` are the
+    stored values its kernels read."""
+
+    def __init__(self, outputs, inlined, group=None):
+        self.outputs = list(outputs)
+        self.inlined = set(inlined)
+        self.group = group
+        self.ops = []             # what its kernels compute, in graph order
+        self.inputs = []
+
+    @property
+    def name(self):
+        """The fused group's name; None for a kernel that only inlines producers (the IR
+        prints its ops, the program its kernel)."""
+        return self.group.name if self.group else None
+
+    @property
+    def at(self):
+        return self.group.at if self.group else None
+
+    @property
+    def recomputed(self):
+        return self.group.recomputed if self.group else []
+
+    def computes(self, op):
+        return op in self.inlined or op in self.outputs
+
+    def __repr__(self):
+        return f"<KernelGroup {self.name or self.outputs[0]}: {len(self.outputs)} kernel(s)>"
+
+
+class KernelPlan:
+    """`steps`: the program, KernelGroups and plain ops (leaves, views, assignments, and
+    kernels that inline nothing). `views`: Reshapes sharing their argument's buffer."""
+
+    def __init__(self, steps, views):
+        self.steps = steps
+        self.views = views
+
+    def base(self, op):
+        """The op whose storage holds `op`."""
+        while op in self.views:
+            op = op.args[0]
+        return op
+
+
+class KernelPlanning(GraphPass):
+    """`inline=False` gives the unfused baseline: one kernel (and one stored tensor) per op."""
+
+    def __init__(self, inline=True):
+        self.inline = inline
+
+    def do_pass(self, computation):
+        plan = plan_kernels(computation.steps, computation.ordered_ops, computation.results,
+                            self.inline)
+        computation.kernel_plan = plan
+        computation.steps = plan.steps
+
+
+def plan_kernels(steps, ops, results, inline=True):
+    groups = [s for s in steps if isinstance(s, FusedGroup)]
+    position = {op: i for i, op in enumerate(ops)}
+    recomputed = {op for g in groups for op in g.recomputed}
+    users = {op: [] for op in ops}
+    for op in ops:
+        for a in op.args:
+            users[a].append(op)
+    results = set(results)
+    kernel_of = {}          # op -> the KernelGroup whose outputs it is, or inlined into
+    computed_by = {}        # op -> every KernelGroup computing it (recomputing ones too)
+    grouped = {}
+    for group in groups:
+        kernel = KernelGroup(group.outputs, set(group.ops) - set(group.outputs), group)
+        grouped[group] = kernel
+        for op in group.core:
+            kernel_of[op] = kernel
+        for op in group.ops:
+            computed_by.setdefault(op, set()).add(kernel)
+    views = set()
+    for op in reversed(ops):
+        if op in kernel_of or op in recomputed or isinstance(op, LEAVES + (Assign,)):
+            continue
+        homes = set().union(*(computed_by.get(r, ()) for r in users[op]))
+        if op.is_sparse:            # a sparse dropout: applied per value by every reader
+            for home in homes:
+                home.inlined.add(op)
+            kernel_of[op] = next(iter(homes))
+            computed_by[op] = homes
+            continue
+        if inline and op not in results and len(homes) == 1 and isinstance(op, INLINE_OPS) \
+                and all(r in computed_by for r in users[op]):
+            (home,) = homes
+            home.inlined.add(op)
+            kernel_of[op] = home
+            computed_by[op] = {home}
+        elif isinstance(op, Reshape):
+            views.add(op)
+        else:
+            kernel_of[op] = KernelGroup([op], ())
+            computed_by[op] = {kernel_of[op]}
+    plan = KernelPlan([], views)
+    for step in steps:
+        if isinstance(step, FusedGroup):
+            kernel = grouped[step]
+        else:
+            kernel = kernel_of.get(step)
+            if kernel is None:
+                plan.steps.append(step)         # a leaf, a view or an assignment
+                continue
+            if step not in kernel.outputs:
+                continue                        # computed by its readers' kernel
+        kernel.ops = sorted(kernel.inlined | set(kernel.outputs), key=position.__getitem__)
+        kernel.inputs = _stored_inputs(kernel)
+        plan.steps.append(kernel if kernel.group or kernel.inlined else step)
+    return plan
+
+
+def _stored_inputs(kernel):
+    """The stored values a kernel group reads: arguments of what it computes that it
+    does not compute itself."""
+    inputs = []
+    for op in kernel.ops:
+        for a in op.args:
+            if not kernel.computes(a) and a not in inputs:
+                inputs.append(a)
+    return inputs
