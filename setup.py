@@ -6,7 +6,7 @@ name belongs to another library) and `templates/` as `ngnn.templates` package da
 from setuptools import setup
 
 CORE_PACKAGES = ["ngnn", "ngnn.op_graph", "ngnn.passes", "ngnn.frontend", "ngnn.nn",
-                 "ngnn.datasets"]
+                 "ngnn.datasets", "ngnn.sampling"]
 
 setup(
     name="ngnn",

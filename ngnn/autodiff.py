@@ -20,6 +20,13 @@ def grad(y, wrt, delta=None):
             raise TypeError(f"grad: can only differentiate with respect to ops, got {t!r}")
     if not isinstance(y, Op):
         raise TypeError(f"grad: y must be an ngnn op, got {y!r}")
+    traced = next((op for op in [y] + targets if op.zoom is not None), None)
+    if traced is not None:
+        from .errors import TracingError, at_user_line
+        raise TracingError(at_user_line(
+            f"ng.grad of the per-vertex value {traced} traced inside ng.zoomIn: gradients "
+            "are taken of whole-graph tensors; call ng.grad after the context, on a loss "
+            "built from ng.zoomOut(...)"))
     from .frontend import lower_zoom_outs
     lower_zoom_outs([y])     # gradients are defined on whole-graph ops (seed 000)
     y = y.forwarded

@@ -61,11 +61,29 @@ def load_dataset(args):
 def make_trainer(args, data, seed, transformer=None):
     from ngnn import optim
     from ngnn.train import Trainer
+    from ngnn import transformers as ngt
+    if transformer is None and getattr(args, "debug_nans", False):
+        transformer = ngt.make_transformer(args.backend, debug_nans=True)
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
     optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    minibatch = {key: getattr(args, key, None)
+                 for key in ("batch_size", "fanouts", "eval_fanouts")}
     return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
                    normalize=args.normalize_features, transformer=transformer,
-                   sparse=SPARSE_CHOICES[args.sparse_features])
+                   sparse=SPARSE_CHOICES[args.sparse_features], **minibatch)
+
+
+def fanout_list(text):
+    """"15,10" -> [15, 10]; -1 stands for every in-edge."""
+    try:
+        fanouts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints such as 15,10, got "
+                                         f"{text!r}") from None
+    if any(f < 1 and f != -1 for f in fanouts):
+        raise argparse.ArgumentTypeError(f"fanouts must be positive or -1 (every in-edge), "
+                                         f"got {text!r}")
+    return fanouts
 
 
 # ---- subcommands -------------------------------------------------------------------------
@@ -78,7 +96,9 @@ def cmd_train(args):
           f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
           f"up to {args.epochs} epochs" +
           (f" (patience {args.patience})" if args.patience else "") +
-          f", backend {args.backend}")
+          f", backend {args.backend}" +
+          (f", minibatches of {args.batch_size or 512} with fanouts "
+           f"{args.fanouts or 'all'}" if args.batch_size or args.fanouts else ""))
     if args.plot:
         from ngnn import plots
         plots.format_of(args.plot)       # a bad file name fails now, not after training
@@ -234,17 +254,50 @@ def cmd_bench(args):
 
 
 # ---- argument parsing --------------------------------------------------------------------
+# Every numeric option is checked as it is parsed, so a bad value is an argparse error
+# naming the option (NaN and infinities included), never a traceback later.
+
+def integer(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+def real(low, high=float("inf"), low_open=False, high_open=True):
+    """A finite float in the interval from `low` to `high` (open where said)."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not np.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if value < low or (low_open and value == low) or value > high or \
+                (high_open and value == high):
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            raise argparse.ArgumentTypeError(f"must be in {interval}, got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
 
 def _add_model_options(parser, datasets):
     parser.add_argument("--model", choices=MODELS, default="gcn")
     parser.add_argument("--dataset", choices=datasets, default="cora",
                         help="an embedded dataset, or a synthetic graph (sbm, rmat)")
-    parser.add_argument("--hidden", type=int, help="hidden features (per head for gat)")
-    parser.add_argument("--heads", type=int, help="attention heads of gat's first layer")
-    parser.add_argument("--dropout", type=float)
-    parser.add_argument("--lr", type=float)
-    parser.add_argument("--weight-decay", type=float)
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--hidden", type=integer(1), help="hidden features (per head for gat)")
+    parser.add_argument("--heads", type=integer(1), help="attention heads of gat's first layer")
+    parser.add_argument("--dropout", type=real(0.0, 1.0))
+    parser.add_argument("--lr", type=real(0.0, low_open=True))
+    parser.add_argument("--weight-decay", type=real(0.0))
+    parser.add_argument("--seed", type=integer(0), default=0,
                         help="seed of the first run; run i uses seed + i")
     parser.add_argument("--no-normalize-features", dest="normalize_features",
                         action="store_false",
@@ -253,15 +306,14 @@ def _add_model_options(parser, datasets):
                         help="feed the features as a sparse matrix (auto: when under 10%% "
                         "of them are non-zero)")
     synthetic = parser.add_argument_group("synthetic datasets")
-    synthetic.add_argument("--num-nodes", type=int, default=10000)
-    synthetic.add_argument("--avg-degree", type=float, default=10.0)
-    synthetic.add_argument("--num-features", type=int, default=64)
-    synthetic.add_argument("--num-classes", type=int, default=4)
-    synthetic.add_argument("--data-seed", type=int, default=0)
+    synthetic.add_argument("--num-nodes", type=integer(1), default=10000)
+    synthetic.add_argument("--avg-degree", type=real(0.0, low_open=True), default=10.0)
+    synthetic.add_argument("--num-features", type=integer(1), default=64)
+    synthetic.add_argument("--num-classes", type=integer(2), default=4)
+    synthetic.add_argument("--data-seed", type=integer(0), default=0)
 
 
 def make_parser():
-    from ngnn import transformers as ngt
     datasets = dataset_choices()
     backends = ["numpy", "gpu"]
     parser = argparse.ArgumentParser(prog="ngnn", description="ngnn: a compiler for graph "
@@ -271,14 +323,25 @@ def make_parser():
     train = sub.add_parser("train", help="train a model and report its accuracy")
     _add_model_options(train, datasets)
     train.add_argument("--backend", choices=backends, default="numpy")
-    train.add_argument("--epochs", type=int)
-    train.add_argument("--patience", type=int,
+    train.add_argument("--epochs", type=integer(1))
+    train.add_argument("--patience", type=integer(1),
                        help="stop when val accuracy and loss stall this many epochs")
-    train.add_argument("--runs", type=int, default=1)
+    train.add_argument("--runs", type=integer(1), default=1)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--save", metavar="PATH", help="save the trained weights (.npz)")
+    train.add_argument("--debug-nans", action="store_true",
+                       help="check every op's output and stop at the first NaN or Inf, "
+                       "naming the op and its line (slower; docs/errors.md)")
     train.add_argument("--plot", metavar="FILE",
                        help="draw loss and train/val accuracy per epoch (.png, .svg, .pdf)")
+    minibatch = train.add_argument_group("minibatches (ngnn.sampling)")
+    minibatch.add_argument("--batch-size", type=integer(1),
+                           help="train from sampled minibatches of this many seeds")
+    minibatch.add_argument("--fanouts", type=fanout_list, metavar="F1,F2,...",
+                           help="in-edges sampled per vertex for each layer, first to last "
+                                "(-1: all; default all)")
+    minibatch.add_argument("--eval-fanouts", type=fanout_list, metavar="F1,F2,...",
+                           help="evaluate from sampled batches (default: the full graph)")
     train.set_defaults(func=cmd_train)
 
     listing = sub.add_parser("datasets", help="list the embedded datasets")
@@ -306,9 +369,9 @@ def make_parser():
 
     bench = sub.add_parser("bench", help="time per epoch on each backend")
     _add_model_options(bench, datasets)
-    bench.add_argument("--backend", choices=ngt.transformer_choices(),
+    bench.add_argument("--backend", choices=backends,
                        help="one backend (default: every backend that runs here)")
-    bench.add_argument("--epochs", type=int, default=20)
+    bench.add_argument("--epochs", type=integer(2), default=20)
     bench.add_argument("--unfused", action="store_true",
                        help="also time each backend with fusion off")
     bench.add_argument("--plot", metavar="FILE", help="draw time per epoch and peak memory "
@@ -322,12 +385,6 @@ def _fill_defaults(args):
     for key, value in defaults.items():
         if getattr(args, key, value) is None:
             setattr(args, key, value)
-    for key in ("hidden", "heads", "epochs", "runs"):
-        value = getattr(args, key, 1)
-        if value is not None and value < 1:
-            raise ValueError(f"--{key} must be at least 1, got {value}")
-    if not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
 
 
 def main(argv=None):
@@ -337,7 +394,8 @@ def main(argv=None):
         if hasattr(args, "model"):
             _fill_defaults(args)
         return args.func(args)
-    except (ValueError, RuntimeError, OSError, ImportError) as err:
+    except (ValueError, RuntimeError, OSError, ImportError, FloatingPointError,
+            MemoryError) as err:
         print(f"ngnn {args.command}: error: {err}", file=sys.stderr)
         return 1
 

@@ -3,14 +3,18 @@ the op-graph and the front end, so ops can raise them without importing upward."
 import os
 import traceback
 
+import numpy as np
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Frames of these are not the user's: ngnn's own, and NumPy's when np.sum(x) reached x.
+_NOT_USER = (_PACKAGE_DIR + os.sep, os.path.dirname(os.path.abspath(np.__file__)) + os.sep)
 
 
 def user_frame():
     """(file, line, source) of the innermost stack frame outside the ngnn package."""
     for frame in reversed(traceback.extract_stack()):
         path = os.path.abspath(frame.filename)
-        if not path.startswith(_PACKAGE_DIR + os.sep) and "multipledispatch" not in path:
+        if not path.startswith(_NOT_USER) and "multipledispatch" not in path:
             return frame.filename, frame.lineno, (frame.line or "").strip()
     return "<unknown>", 0, ""
 

@@ -68,7 +68,15 @@ def _grouped(keys, num_nodes):
     counts = np.bincount(keys, minlength=num_nodes).astype(np.int64)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    eids = np.argsort(keys, kind="stable").astype(np.int64)
+    if np.all(keys[1:] >= keys[:-1]):     # already grouped (sampled blocks are)
+        eids = np.arange(keys.size, dtype=np.int64)
+    else:
+        # A counting sort in SciPy's COO -> CSR conversion, O(E + N) against a sort's
+        # O(E log E): row = key, column = edge id, so each row lists its edge ids in order.
+        marks = np.ones(keys.size, dtype=np.int8)
+        matrix = sp.csr_matrix((marks, (keys, np.arange(keys.size))),
+                               shape=(num_nodes, keys.size))
+        eids = matrix.indices.astype(np.int64)
     return indptr, eids, counts
 
 
@@ -79,9 +87,14 @@ class Graph:
     (PyTorch Geometric) or ``from_dgl``. Arrays are int64 and
     read-only; graphs are compared by identity (ops hold them as attributes), and ``fingerprint``
     identifies the structure for caches. Self-loops, multi-edges and isolated vertices are allowed.
+
+    ``num_dst`` (default ``num_nodes``) makes a block, the graph one layer of a minibatch runs
+    over: every edge ends at one of the first ``num_dst`` vertices, so per-vertex code traced
+    with ``ng.zoomIn`` computes only those rows (seed 004's active row prefix) while
+    neighbours are read from all ``num_nodes`` rows.
     """
 
-    def __init__(self, src, dst, num_nodes=None):
+    def __init__(self, src, dst, num_nodes=None, num_dst=None):
         src = _as_ids(src, "src")
         dst = _as_ids(dst, "dst")
         if src.shape[0] != dst.shape[0]:
@@ -96,9 +109,17 @@ class Graph:
         if num_nodes < 0:
             raise ValueError(f"num_nodes must be non-negative, got {num_nodes}")
         _check_range(src, "src", num_nodes)
-        _check_range(dst, "dst", num_nodes)
+        if num_dst is None:
+            num_dst = num_nodes
+        elif isinstance(num_dst, bool) or not isinstance(num_dst, numbers.Integral) or \
+                not 0 <= num_dst <= num_nodes:
+            raise ValueError(f"num_dst must be an int in [0, num_nodes={num_nodes}], "
+                             f"got {num_dst!r}")
+        num_dst = int(num_dst)
+        _check_range(dst, "dst", num_dst)
 
         self.num_nodes = num_nodes
+        self.num_dst = num_dst
         self.num_edges = int(src.shape[0])
         self.src = _readonly(src)
         self.dst = _readonly(dst)
@@ -117,9 +138,10 @@ class Graph:
         self._adjacency = None
 
     @classmethod
-    def from_edges(cls, src, dst, num_nodes=None):
-        """Graph with edge ``i`` going ``src[i] -> dst[i]``; ``num_nodes`` defaults to max id + 1."""
-        return cls(src, dst, num_nodes)
+    def from_edges(cls, src, dst, num_nodes=None, num_dst=None):
+        """Graph with edge ``i`` going ``src[i] -> dst[i]``; ``num_nodes`` defaults to max id + 1,
+        ``num_dst`` to ``num_nodes`` (see the class docstring)."""
+        return cls(src, dst, num_nodes, num_dst)
 
     @classmethod
     def from_scipy(cls, matrix):
@@ -237,10 +259,11 @@ class Graph:
         return self._adjacency
 
     def add_self_loops(self):
-        """New graph with an extra edge ``v -> v`` for every vertex, appended after existing edges."""
-        loops = np.arange(self.num_nodes, dtype=np.int64)
+        """New graph with an extra edge ``v -> v`` for every vertex (every destination vertex of
+        a block), appended after existing edges."""
+        loops = np.arange(self.num_dst, dtype=np.int64)
         return Graph(np.concatenate([self.src, loops]), np.concatenate([self.dst, loops]),
-                     self.num_nodes)
+                     self.num_nodes, self.num_dst)
 
     def to_undirected(self):
         """New graph holding both directions of every edge, with duplicate edges removed.
@@ -258,13 +281,26 @@ class Graph:
     def fingerprint(self):
         """sha256 hex digest of the structure (num_nodes, src, dst), for caches keyed by graph."""
         digest = hashlib.sha256()
-        digest.update(np.array([self.num_nodes, self.num_edges], dtype=np.int64).tobytes())
+        sizes = [self.num_nodes, self.num_edges]
+        if self.is_block:
+            sizes.append(self.num_dst)
+        digest.update(np.array(sizes, dtype=np.int64).tobytes())
         digest.update(self.src.tobytes())
         digest.update(self.dst.tobytes())
         return digest.hexdigest()
 
+    # Whether the edges may be replaced between calls of a computation (GraphSlot): then
+    # nothing may be derived from them when a computation is built.
+    varies = False
+
+    @property
+    def is_block(self):
+        """Whether only a prefix of the vertices has in-edges (num_dst < num_nodes)."""
+        return self.num_dst < self.num_nodes
+
     def __repr__(self):
-        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges})"
+        block = f", num_dst={self.num_dst}" if self.is_block else ""
+        return f"Graph(num_nodes={self.num_nodes}{block}, num_edges={self.num_edges})"
 
 
 def _freeze(matrix):

@@ -1,4 +1,5 @@
-"""Full-batch node-classification training: the Trainer, accuracy, checkpoints.
+"""Node-classification training, full-batch or from sampled minibatches: the Trainer,
+accuracy, checkpoints.
 
     trainer = Trainer(model, data, optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4))
     trainer.fit(epochs=200, patience=100)
@@ -6,7 +7,8 @@
 
 The trainer compiles two computations once: the training step (loss plus the optimizer's
 assignments, with dropout) and the evaluation pass (logits, no dropout), both over the same
-variables, on the transformer named by `backend`.
+variables, on the transformer named by `backend`. With `batch_size` / `fanouts` the training
+step is ngnn.sampling's minibatch step, compiled once for every batch.
 """
 import os
 import tempfile
@@ -31,13 +33,14 @@ STEPS = "trainer/steps"      # checkpoint entry: training steps taken
 SPARSE_DENSITY = 0.1
 
 
-def accuracy(logits, labels, mask=None):
-    """Share of the (masked) rows whose arg-max logit is the label."""
+def accuracy(logits, labels, mask=None, mask_name="mask"):
+    """Share of the (masked) rows whose arg-max logit is the label; `mask_name` names the
+    mask in the error raised when it selects no rows."""
     correct = np.asarray(logits).argmax(axis=-1) == np.asarray(labels)
     if mask is not None:
         correct = correct[np.asarray(mask, dtype=bool)]
     if correct.size == 0:
-        raise ValueError("accuracy: the mask selects no rows")
+        raise ValueError(f"accuracy: the {mask_name} selects no rows")
     return float(correct.mean())
 
 
@@ -93,15 +96,27 @@ class Trainer:
     masks (the model's own seed fixes its initial weights). `normalize` row-normalizes the
     features first. `sparse` feeds them as a CSR matrix (True), dense (False), or picks by
     density (None: sparse under 10% non-zeros); both give the same results. Pass
-    `transformer=` to share one, else `backend` names a new one."""
+    `transformer=` to share one, else `backend` names a new one. `batch_size` and `fanouts`
+    (one per layer, None or -1 for every in-edge) train from sampled minibatches instead of
+    the full graph (ngnn.sampling); evaluation then still runs over the full graph unless
+    `eval_fanouts` asks for sampled batches."""
 
     def __init__(self, model, data, optimizer=None, backend="numpy", seed=0, normalize=True,
-                 transformer=None, sparse=None):
+                 transformer=None, sparse=None, batch_size=None, fanouts=None,
+                 eval_fanouts=None):
         self.model = model
         self.data = data
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
+        for split in ("train", "val"):
+            mask = np.asarray(getattr(data, split + "_mask"))
+            if mask.shape != (data.num_nodes,):
+                raise ValueError(f"Trainer: the dataset's {split}_mask has shape {mask.shape}, "
+                                 f"expected ({data.num_nodes},)")
+            if not mask.astype(bool).any():
+                raise ValueError(f"Trainer: the dataset's {split}_mask selects no rows; "
+                                 f"training needs {split} rows")
         self.transformer = transformer or ngt.make_transformer(backend)
 
         n = data.num_nodes
@@ -113,14 +128,21 @@ class Trainer:
                 raise ValueError(f"Trainer: {type(model).__name__} cannot take sparse "
                                  "features; pass sparse=False")
             logits = self._feed(features, False)
-        self.loss = ng.cross_entropy(logits, self.y, self.train_mask)
-        updates = self.optimizer.updates(self.loss)
-        seed_dropout([self.loss] + updates, seed)
-        self.train_step = self.transformer.computation([self.loss] + updates, self.x, self.y,
-                                                       self.train_mask, name="train_step")
-        self.logits = model(data.graph, self.x, training=False)
-        self.evaluate_logits = self.transformer.computation(self.logits, self.x,
-                                                            name="evaluate")
+        self.minibatches = None
+        if batch_size is not None or fanouts is not None or eval_fanouts is not None:
+            from ngnn.sampling.training import Minibatches
+            self.minibatches = Minibatches(self, batch_size, fanouts, eval_fanouts)
+            self.train_step = self.minibatches.program.train_step
+        else:
+            self.loss = ng.cross_entropy(logits, self.y, self.train_mask)
+            updates = self.optimizer.updates(self.loss)
+            seed_dropout([self.loss] + updates, seed)
+            self.train_step = self.transformer.computation(
+                [self.loss] + updates, self.x, self.y, self.train_mask, name="train_step")
+        if eval_fanouts is None:
+            self.logits = model(data.graph, self.x, training=False)
+            self.evaluate_logits = self.transformer.computation(self.logits, self.x,
+                                                                name="evaluate")
         self.history = []
 
     def _feed(self, features, sparse):
@@ -143,19 +165,25 @@ class Trainer:
             return None
 
     # ---- training ------------------------------------------------------------------------
-    def step(self):
-        """One optimizer step; returns the training loss."""
+    def step(self, progress=False):
+        """One optimizer step (with minibatches: one epoch of them, with a progress bar
+        over the batches if `progress`); returns the training loss."""
+        if self.minibatches is not None:
+            return self.minibatches.train_epoch(progress)
         outputs = self.train_step(self.features, self.data.labels, self.data.train_mask)
         return float(outputs[0])
 
     def predict(self):
         """Logits of every node in evaluation mode (no dropout)."""
+        if self.minibatches is not None and self.minibatches.eval_program is not None:
+            return self.minibatches.predict()
         return self.evaluate_logits(self.features)
 
     def evaluate(self):
         """Accuracy on the train, val and test splits."""
         logits = self.predict()
-        return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"))
+        return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"),
+                                split + "_mask")
                 for split in ("train", "val", "test")}
 
     def fit(self, epochs, patience=None, progress=True):
@@ -170,19 +198,22 @@ class Trainer:
         bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
         for epoch in bar:
             start = time.perf_counter()
-            loss = self.step()
+            loss = self.step(progress)
             step_time = time.perf_counter() - start
             logits = self.predict()
-            val_acc = accuracy(logits, labels, val_mask)
+            val_acc = accuracy(logits, labels, val_mask, "val_mask")
             val_loss = cross_entropy(logits, labels, val_mask)
-            train_acc = accuracy(logits, labels, self.data.train_mask)
+            train_acc = accuracy(logits, labels, self.data.train_mask, "train_mask")
             self.history.append({"epoch": epoch, "loss": loss, "train_acc": train_acc,
                                  "val_acc": val_acc, "val_loss": val_loss,
                                  "step_time": step_time,
                                  "epoch_time": time.perf_counter() - start})
             bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.3f}")
             if not np.isfinite(loss):
-                raise FloatingPointError(f"training diverged: loss is {loss} at epoch {epoch}")
+                raise FloatingPointError(
+                    f"training diverged: loss is {loss} at epoch {epoch}. To find the first op "
+                    "that produced a NaN or Inf, rerun with the transformer option "
+                    "debug_nans=True (ngnn train --debug-nans)")
             if best_key is None or (val_acc, -val_loss) > best_key:
                 best_key = (val_acc, -val_loss)
                 best_weights = self.state()

@@ -56,8 +56,10 @@ def test_unknown_names_list_the_choices(capsys):
 
 
 def test_bad_values_are_reported(capsys):
-    assert main(["train", "--dropout", "1.5", "--no-progress"]) == 1
-    assert "--dropout must be in [0, 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--dropout", "1.5", "--no-progress"])
+    assert exit_info.value.code == 2
+    assert "argument --dropout: must be in [0, 1), got 1.5" in capsys.readouterr().err
 
 
 def test_show_ir_prints_each_pass(capsys):

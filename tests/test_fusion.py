@@ -155,7 +155,7 @@ def test_sgd_update_is_written_into_the_variable_and_reads_see_old_values():
         comp = t.computation(step, x)
         loss0, before0, w1 = comp(xv)
         assert before0 == 6.0
-        assert "out=w)" in comp.source and "np.copyto(w" not in comp.source
+        assert "out=t_w)" in comp.source and "np.copyto(t_w" not in comp.source
         expected = np.ones((3, 2)) - 0.01 * 2 * xv.T @ (xv @ np.ones((3, 2)))
         np.testing.assert_allclose(w1, expected, rtol=1e-5)
         np.testing.assert_allclose(t.variable_value(w), expected, rtol=1e-5)

@@ -324,6 +324,9 @@ class FakeCuda:
             def compute_capability(self):
                 return (8, 6)
 
+            def total_memory(self):
+                return 80 << 30
+
             def make_context(self):
                 return Context()
 
@@ -352,7 +355,13 @@ class FakeCuda:
         self.calls.append(("init",))
 
     def mem_alloc(self, nbytes):
-        pointer = len(self.memory) + 256       # never 0, like a real device pointer
+        fake = self
+
+        class Pointer(int):       # pycuda's DeviceAllocation converts to its address
+            def free(self):
+                fake.calls.append(("free", int(self)))
+
+        pointer = Pointer(len(self.memory) + 256)       # never 0, like a real device pointer
         self.memory.extend(bytes(nbytes + 256))
         self.calls.append(("alloc", nbytes))
         return pointer
@@ -405,6 +414,7 @@ def test_cuda_runtime_drives_pycuda(monkeypatch, tmp_path):
     cuda.read(buf, 12, part)
     assert part.tolist() == [2, 3] and ("dtoh", buf.handle + 12, 8) in fake.calls
     other = cuda.alloc(8)
+    other_address = int(other.handle)
     cuda.copy(other, 4, buf, 8, 4)
     assert ("dtod", other.handle + 4, buf.handle + 8, 4) in fake.calls
     assert download(cuda, other, np.float32, 2).tolist() == [0, 1]
@@ -420,5 +430,8 @@ def test_cuda_runtime_drives_pycuda(monkeypatch, tmp_path):
     launch = [call for call in fake.calls if call[0] == "launch"][-1]
     assert launch[1] == (buf.handle, np.int32(3))
     assert (launch[2], launch[3]) == ((64, 2, 1), (4, 3, 1))
+    assert cuda.memory_limits() == (80 << 30, 80 << 30)
+    cuda.free(other)
+    assert fake.calls[-1] == ("free", other_address) and other.handle is None
     cuda.close()
     assert fake.calls[-1] == ("detach",)

@@ -54,13 +54,12 @@ def test_every_generated_kernel_compiles_with_nvcc():
             comp.transform()
     # One translation unit: each distinct kernel once, renamed apart where names repeat.
     texts, names = {}, []
-    for kernels in generated_kernels:
-        for kernel in kernels:
-            text = kernel.render("cuda")
-            if text not in texts:
-                name = f"{kernel.name}_{len(texts)}"
-                texts[text] = re.sub(rf"\bvoid {kernel.name}\(", f"void {name}(", text)
-                names.append((name, kernel.template))
+    for kernel in generated_kernels.values():
+        text = kernel.render("cuda")
+        if text not in texts:
+            name = f"{kernel.name}_{len(texts)}"
+            texts[text] = re.sub(rf"\bvoid {kernel.name}\(", f"void {name}(", text)
+            names.append((name, kernel.template))
     source = render_prelude("cuda") + "\n\n".join(texts.values())
     ptx = compile_ptx({"all_kernels": source}, arch="sm_80")["all_kernels"]
     for name, _ in names:

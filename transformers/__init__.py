@@ -2,6 +2,8 @@
 
     t = make_transformer("numpy")      # or "gpu"; transformer_choices() lists what runs here
 """
+import difflib
+
 from .base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
 
 
@@ -33,7 +35,9 @@ def transformer_choices():
 def make_transformer(name="numpy", **options):
     """A new transformer by name, e.g. make_transformer("gpu", runtime="opencl")."""
     if name not in _FACTORIES:
-        raise ValueError(f"unknown transformer {name!r}; choose from {sorted(_FACTORIES)}")
+        close = difflib.get_close_matches(str(name).lower(), list(_FACTORIES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown transformer {name!r}{hint}; choose from {sorted(_FACTORIES)}")
     return _FACTORIES[name]()(**options)
 
 

@@ -8,6 +8,8 @@ plans memory and hands the ordered ops to the transformer, which sets `executor`
 Computations may be created at any time, before or after the first call: each one is
 transformed on first use, and variables it introduces are initialized then.
 """
+import difflib
+
 import numpy as np
 import scipy.sparse
 
@@ -15,6 +17,7 @@ from ngnn.op_graph import Assign, Cast, Constant, Op, Placeholder, Variable, ord
 from ngnn.op_graph.picture import Snapshot
 from ngnn.op_graph.sparse import check_sparse_value
 from ngnn.op_graph.printer import IRNames, format_ir
+from ngnn.origin import built_for
 
 
 class DeviceBufferStorage:
@@ -50,6 +53,13 @@ class DeviceTensor:
     def set(self, value):
         """Copy a NumPy array (broadcast and cast to this tensor) onto the device."""
         raise TypeError(f"{type(self).__name__} must implement set()")
+
+
+def buffer_holding(memory, slot):
+    """'the intermediate buffer of <op>, ...': what a memory plan's buffer holds, for errors."""
+    held = [op for op, s in memory.slots.items() if s == slot]
+    more = f" and {len(held) - 3} more" if len(held) > 3 else ""
+    return f"the intermediate buffer of {', '.join(map(str, held[:3]))}{more}"
 
 
 def _contiguous_strides(shape, itemsize):
@@ -98,11 +108,13 @@ class Computation:
             return
         from ngnn.frontend import lower_zoom_outs
         self._record("Trace")
-        lower_zoom_outs(self._results)
-        for graph_pass in self.transformer.graph_passes():
-            graph_pass.do_pass(self)
-            self._record(type(graph_pass).__name__)
-        self._snapshot_assigned_variables()
+        # Ops the passes build take the origin of the ops they replace (Op.forward).
+        with built_for(None):
+            lower_zoom_outs(self._results)
+            for graph_pass in self.transformer.graph_passes():
+                graph_pass.do_pass(self)
+                self._record(type(graph_pass).__name__)
+            self._snapshot_assigned_variables()
         self.ordered_ops = ordered_ops(self.results)
         self._check_parameters()
         self.steps = list(self.ordered_ops)     # ops and fused groups, in execution order
@@ -112,6 +124,7 @@ class Computation:
             self._record(type(late_pass).__name__, self.steps)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
         self.transformer.transform_ordered_ops(self)
+        self.transformer.compilations += 1
         self.transformed = True
 
     def _snapshot_assigned_variables(self):
@@ -271,22 +284,62 @@ def check_argument(placeholder, value, check_finite):
     return array
 
 
+BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "check_finite",
+                "debug_nans", "aggregate_transform_order")
+
+
+def unknown_option_error(what, name, valid):
+    """A TypeError naming an unknown option, the closest valid one and all of them."""
+    close = difflib.get_close_matches(str(name).lower(), valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return TypeError(f"{what}: unknown option {name!r}{hint}; valid options: "
+                     f"{', '.join(sorted(valid))}")
+
+
+def check_passes(passes):
+    """The user's passes as a list of pass objects, or an error saying what was given."""
+    from ngnn.passes import GraphPass
+    if isinstance(passes, GraphPass) or isinstance(passes, type):
+        passes = [passes]
+    checked = []
+    for p in passes or []:
+        if isinstance(p, type) and issubclass(p, GraphPass):
+            raise TypeError(f"passes: got the class {p.__name__}; give an instance, "
+                            f"{p.__name__}()")
+        if not isinstance(p, GraphPass):
+            raise TypeError(f"passes: {p!r} is not a pass; a custom pass is an instance of a "
+                            "subclass of ngnn.passes.GraphPass or PeepholeGraphPass")
+        checked.append(p)
+    return checked
+
+
 class Transformer:
     """Options: passes=[...] appended to the pipeline; optimize=False skips the rewriting
     passes (SimplePrune, CSE), so the graph runs as traced; fusion=False turns fusion off;
     recompute=False stores every edge value the backward needs instead of recomputing it
     inside fused groups (and keeps dropped values alive for the backward instead of
     dropping again), max_recompute bounds the ops recomputed for one value;
-    check_finite=False skips the NaN/Inf check of arguments; aggregate_transform_order=False
-    keeps every aggregation and matrix product in the order the model wrote them."""
+    check_finite=False skips the NaN/Inf check of arguments; debug_nans=True checks every
+    op's output as it runs and raises at the first NaN or Inf (docs/errors.md);
+    aggregate_transform_order=False keeps every aggregation and matrix product in the
+    order the model wrote them. A transformer kind names its own further options in
+    `extra_options`; any other name is an error that suggests the closest valid one."""
 
     name = None
     computation_class = Computation
+    extra_options = ()
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
-                 max_recompute=16, check_finite=True, aggregate_transform_order=True,
-                 **options):
-        self.user_passes = list(passes or [])
+                 max_recompute=16, check_finite=True, debug_nans=False,
+                 aggregate_transform_order=True, **options):
+        valid = BASE_OPTIONS + tuple(self.extra_options)
+        for key in options:
+            if key not in valid:
+                raise unknown_option_error(f"make_transformer({self.name!r})", key, valid)
+        if not isinstance(max_recompute, (int, np.integer)) or max_recompute < 0:
+            raise ValueError(f"max_recompute must be a non-negative int, got {max_recompute!r}")
+        self.user_passes = check_passes(passes)
+        self.debug_nans = bool(debug_nans)
         self.optimize = optimize
         self.fusion = fusion
         self.recompute = recompute
@@ -297,6 +350,7 @@ class Transformer:
         self.computations = []
         self.variable_tensors = {}     # Variable -> DeviceTensor
         self.initialized_variables = set()
+        self.compilations = 0          # programs generated so far (init computations too)
         self.closed = False
 
     def graph_passes(self):
@@ -321,7 +375,7 @@ class Transformer:
 
     def fusion_passes(self, **options):
         from ngnn.passes import Fusion
-        if not self.fusion:
+        if not self.fusion or self.debug_nans:    # the NaN finder checks every op's output
             return []
         return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute, **options)]
 
@@ -335,6 +389,8 @@ class Transformer:
     def initialize(self):
         """Transform every computation, then run the init computation: it writes the
         initial value of every variable not initialized yet."""
+        if self.closed:
+            raise RuntimeError("the transformer is closed")
         for comp in self.computations:
             comp.transform()
         new = [v for comp in self.computations for v in comp.variables
@@ -364,7 +420,7 @@ class Transformer:
             not self.is_view(op) and not op.is_sparse
 
     def inplace_ok(self, op):
-        return True
+        return not self.debug_nans     # the NaN finder reports the inputs after the op
 
     def format_ir(self, computation):
         return computation._format_ir(computation.steps)
@@ -384,8 +440,21 @@ class Transformer:
         return self.variable_tensors[variable].get()
 
     def set_variable(self, variable, value):
+        """Writes `value` (of the variable's shape, or a scalar) to the variable."""
+        if not isinstance(variable, Variable):
+            raise TypeError(f"set_variable: expected an ngnn variable, got {variable!r}")
+        value = np.asarray(value)
+        if value.shape not in ((), variable.shape):
+            raise ValueError(f"set_variable: variable {variable.name or variable!r} has shape "
+                             f"{variable.shape}, got a value of shape {value.shape}")
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"set_variable: variable {variable.name or variable!r} holds "
+                            f"{variable.dtype} numbers, got a value of dtype {value.dtype}")
         self.initialize()
-        self.variable_tensors[variable].set(np.asarray(value))
+        if variable not in self.variable_tensors:
+            raise KeyError(f"set_variable: variable {variable.name!r} is not used by any "
+                           "computation of this transformer")
+        self.variable_tensors[variable].set(value)
 
     def close(self):
         self.closed = True

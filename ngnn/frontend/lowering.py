@@ -5,10 +5,18 @@ all nodes at once, as a node tensor (N,) + local shape: a superset of what the l
 needs. Edge values (`inedge`, `outedge`) become edge tensors (E,) + local shape; a node value
 used on an edge is gathered there (a neighbour by its end of the edge, the vertex itself by
 the other end), and an aggregation over a vertex's edges is an Aggregate at that vertex's end.
+
+Over a block (graph.num_dst < num_nodes) the per-vertex values have only the num_dst
+destination rows: features read at `v` are row prefixes, aggregations are cut to them, and
+every dense op of the vertex program runs on those rows (seed 004's active row prefix).
+Neighbour values keep all num_nodes rows.
 """
+import numpy as np
+
 from ..op_graph import (Aggregate, Broadcast, Constant, Dot, ElementWise, Gather,
                         ordered_ops)
 from ..op_graph.layout import reshape_to
+from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
 from .tracing import LocalAggregate, LocalDegree, LocalFeature, ZoomOut
 
@@ -39,27 +47,50 @@ class Lowering:
     def lower(self, root):
         for op in ordered_ops([root]):
             if op.scope in LOCAL_SCOPES and op not in self.home:
-                self.home[op] = self.lower_op(op)
+                with built_for(op.origin):
+                    self.home[op] = self.lower_op(op)
         return self.home[root]
 
     def rows(self, scope):
         return "e" if scope in ("inedge", "outedge") else "n"
 
+    def count(self, scope):
+        """Rows of the whole-graph tensor of a value of `scope`."""
+        g = self.graph
+        if scope in ("inedge", "outedge"):
+            return g.num_edges
+        return g.num_dst if scope == "v" else g.num_nodes
+
+    def prefix(self, x, scope):
+        """Node tensor x cut to the rows of `scope` (a no-op unless over a block)."""
+        rows = self.count(scope)
+        return x if x.shape[0] == rows else x[:rows]
+
     def lower_op(self, op):
         if isinstance(op, LocalFeature):
-            return op.args[0]
+            return self.prefix(op.args[0], op.scope)
         g = self.graph
         if isinstance(op, LocalDegree):
-            new = Constant(op.degrees().astype(op.dtype))
+            new = self.prefix(self.degrees(op), op.scope)
         elif isinstance(op, LocalAggregate):
             at = ENDS[op.over][0]
-            new = Aggregate(self.on_edges(op.args[0], op.over), g, at=at, reduce=op.reduce)
+            new = self.prefix(Aggregate(self.on_edges(op.args[0], op.over), g, at=at,
+                                        reduce=op.reduce), op.scope)
         else:
             rows = self.rows(op.scope)
             args = [self.arg(a, op.scope, rows) for a in op.args]
-            new = self.rebuild(op, args, g.num_nodes if rows == "n" else g.num_edges)
+            new = self.rebuild(op, args, self.count(op.scope))
         new.scope = self.rows(op.scope)
         return new
+
+    def degrees(self, op):
+        """In- or out-degrees as a node tensor: constants, unless the graph's edges are
+        replaced between calls (a GraphSlot), where they are counted by an aggregation."""
+        g = self.graph
+        if not g.varies:
+            return Constant(op.degrees(), dtype=op.dtype)
+        ones = Constant(np.ones(g.num_edges, dtype=op.dtype))
+        return Aggregate(ones, g, at="dst" if op.which == "indegree" else "src", reduce="sum")
 
     def arg(self, a, scope, rows):
         """The lowered form of argument `a` of an op of `scope`."""

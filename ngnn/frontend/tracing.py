@@ -80,7 +80,7 @@ class ZoomOut(Op):
 
     def __init__(self, value):
         # An explicit scope skips the open-context check: zoomOut runs after the context.
-        super().__init__([value], shape=(value.zoom.graph.num_nodes,) + value.shape,
+        super().__init__([value], shape=(value.zoom.graph.num_dst,) + value.shape,
                          dtype=value.dtype, scope="v")
         self.context = value.zoom
         self.scope, self.zoom = None, None
@@ -139,7 +139,22 @@ class Neighbours:
 
     def __iter__(self):
         self.context.check_open()
+        if self.edge_set == "outedge" and self.context.graph.is_block:
+            raise TracingError(at_user_line(
+                "v.outnbs / v.outedges: the graph is a block (num_dst < num_nodes), which holds "
+                "the in-edges of its destination vertices only; use v.innbs / v.inedges"))
         yield self.proxy
+
+    def __len__(self):
+        raise TracingError(at_user_line(
+            f"len() of a neighbour list: the number of neighbours differs from vertex to "
+            f"vertex, so it is a tensor, not a Python int; use v.indegree / v.outdegree"))
+
+    def __getitem__(self, index):
+        raise TracingError(at_user_line(
+            "indexing a neighbour list: neighbours have no order, so there is no i-th one; "
+            "aggregate over all of them (sum, max, min, ng.mean over "
+            "[... for n in v.innbs])"))
 
 
 class Vertex(_Proxy):

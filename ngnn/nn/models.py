@@ -1,6 +1,8 @@
 """Node-classification models built from the layers: GCN, GAT, GraphSAGE and GIN.
 
 A model is called as `model(g, x, training)` and returns the logits node tensor (N, classes).
+`g` is the full graph, or a minibatch's blocks (one graph per layer, ngnn.sampling): then x
+has the first block's num_nodes rows and the logits the last block's num_dst rows.
 Dropout exists only in the graph built with training=True, so a trainer builds the training
 graph and the evaluation graph from two calls on the same variables.
 """
@@ -35,8 +37,21 @@ def _layer_seeds(seed, count):
 class Model:
     """Base class: `layers` is a list of (name, layer); parameters are named "<layer>.<param>"."""
 
+    self_loops = False     # whether every layer's graph gets one self loop per vertex
+
     def __init__(self):
         self.layers = []
+
+    def graphs(self, g):
+        """The graph of each layer: the full graph (self-looped if the model wants that) or
+        the list of blocks, which carry their self loops already when the model wants them
+        (ngnn.sampling adds them when it loads a batch)."""
+        if isinstance(g, (list, tuple)):
+            if len(g) != len(self.layers):
+                raise ValueError(f"{type(self).__name__} has {len(self.layers)} layers but "
+                                 f"got {len(g)} graphs")
+            return list(g)
+        return [with_self_loops(g) if self.self_loops else g] * len(self.layers)
 
     def parameters(self):
         return [p for _, layer in self.layers for p in layer.parameters()]
@@ -52,6 +67,7 @@ class Model:
 
 class GCN(Model):
     """Kipf & Welling (2017): dropout, GCNConv, ReLU, dropout, GCNConv over A + I."""
+    self_loops = True
 
     def __init__(self, in_feats, hidden, num_classes, dropout=0.5, seed=0, dtype=np.float32):
         super().__init__()
@@ -61,16 +77,17 @@ class GCN(Model):
                        ("conv2", GCNConv(hidden, num_classes, seed=s2, dtype=dtype))]
 
     def __call__(self, g, x, training=False):
-        g = with_self_loops(g)
+        g1, g2 = self.graphs(g)
         (_, conv1), (_, conv2) = self.layers
-        h = ng.relu(conv1(g, self._dropout(x, training), training))
-        return conv2(g, self._dropout(h, training), training)
+        h = ng.relu(conv1(g1, self._dropout(x, training), training))
+        return conv2(g2, self._dropout(h, training), training)
 
 
 class GAT(Model):
     """Veličković et al. (2018): `heads` attention heads of `hidden` features, concatenated,
     ELU, then one head giving the logits; dropout on each layer's input and on the attention
     coefficients. Self loops let a vertex attend to itself, as in the paper."""
+    self_loops = True
 
     def __init__(self, in_feats, hidden=8, heads=8, num_classes=None, dropout=0.6,
                  negative_slope=0.2, seed=0, dtype=np.float32):
@@ -87,28 +104,35 @@ class GAT(Model):
                               dtype=dtype))]
 
     def __call__(self, g, x, training=False):
-        g = with_self_loops(g)
+        g1, g2 = self.graphs(g)
         (_, conv1), (_, conv2) = self.layers
-        h = conv1(g, x, training)
+        h = conv1(g1, x, training)
         h = ng.elu(ng.reshape(h, (h.shape[0], h.shape[1] * h.shape[2])))
-        out = conv2(g, h, training)
+        out = conv2(g2, h, training)
         return ng.reshape(out, (out.shape[0], out.shape[2]))
 
 
 class GraphSAGE(Model):
-    """Hamilton et al. (2017), mean aggregator, full batch: SAGEConv, ReLU, dropout, SAGEConv."""
+    """Hamilton et al. (2017), mean aggregator: SAGEConv, then (ReLU, dropout, SAGEConv) for
+    each further layer; `num_layers` SAGEConvs in all (2 by default)."""
 
-    def __init__(self, in_feats, hidden, num_classes, dropout=0.5, seed=0, dtype=np.float32):
+    def __init__(self, in_feats, hidden, num_classes, dropout=0.5, seed=0, dtype=np.float32,
+                 num_layers=2):
         super().__init__()
-        s1, s2 = _layer_seeds(seed, 2)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"GraphSAGE: num_layers must be a positive int, got {num_layers!r}")
         self.dropout = dropout
-        self.layers = [("conv1", SAGEConv(in_feats, hidden, seed=s1, dtype=dtype)),
-                       ("conv2", SAGEConv(hidden, num_classes, seed=s2, dtype=dtype))]
+        widths = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = [(f"conv{i + 1}", SAGEConv(widths[i], widths[i + 1], seed=s, dtype=dtype))
+                       for i, s in enumerate(_layer_seeds(seed, num_layers))]
 
     def __call__(self, g, x, training=False):
-        (_, conv1), (_, conv2) = self.layers
-        h = ng.relu(conv1(g, self._dropout(x, training), training))
-        return conv2(g, self._dropout(h, training), training)
+        h = x
+        for i, ((_, conv), graph) in enumerate(zip(self.layers, self.graphs(g))):
+            if i:
+                h = self._dropout(ng.relu(h), training)
+            h = conv(graph, h if i else self._dropout(h, training), training)
+        return h
 
 
 class GIN(Model):
@@ -125,6 +149,7 @@ class GIN(Model):
                                          dtype=dtype))]
 
     def __call__(self, g, x, training=False):
+        g1, g2 = self.graphs(g)
         (_, conv1), (_, conv2) = self.layers
-        h = ng.relu(conv1(g, self._dropout(x, training), training))
-        return conv2(g, self._dropout(h, training), training)
+        h = ng.relu(conv1(g1, self._dropout(x, training), training))
+        return conv2(g2, self._dropout(h, training), training)

@@ -116,7 +116,8 @@ class Power(BinaryOp):
 class Maximum(BinaryOp):
     """Ties send the gradient to the first argument."""
     numpy = "np.maximum({x}, {y}, out={out})"
-    c = "fmax({x}, {y})"
+    # Not C's fmax, which drops NaN: NaN in either argument gives NaN, as in NumPy.
+    c = "(((({x}) > ({y})) | (({x}) != ({x}))) ? ({x}) : ({y}))"
 
     def adjoints(self, delta):
         x, y = self.args
@@ -128,7 +129,7 @@ class Maximum(BinaryOp):
 class Minimum(BinaryOp):
     """Ties send the gradient to the first argument."""
     numpy = "np.minimum({x}, {y}, out={out})"
-    c = "fmin({x}, {y})"
+    c = "(((({x}) < ({y})) | (({x}) != ({x}))) ? ({x}) : ({y}))"
 
     def adjoints(self, delta):
         x, y = self.args
@@ -220,7 +221,7 @@ class Sigmoid(UnaryOp):
 
 class Relu(UnaryOp):
     numpy = "np.maximum({x}, 0, out={out})"
-    c = "fmax({x}, 0.0f)"
+    c = "(((({x}) > 0.0f) | (({x}) != ({x}))) ? ({x}) : 0.0f)"
 
     def adjoints(self, delta):
         return [delta * Greater(self.args[0], 0.0)]

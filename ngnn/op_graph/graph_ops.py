@@ -35,14 +35,16 @@ def _check_rows(op_name, x, rows, what):
 
 
 class Gather(GraphOp):
-    """out[e] = x[src[e]] (by="src") or x[dst[e]] (by="dst")."""
+    """out[e] = x[src[e]] (by="src") or x[dst[e]] (by="dst"). Gathering by destination from a
+    block (graph.num_dst < num_nodes), x may hold just the num_dst destination rows."""
     kind = "edge"
     attributes = (Attr("graph", printed=False), Attr("by", printed=False))
 
     def __init__(self, x, graph, by="src", name=None):
         (x,) = as_ops(x)
         _check_end("gather", by)
-        _check_rows("gather", x, graph.num_nodes, "node")
+        if not (by == "dst" and x.ndim and x.shape[0] == graph.num_dst):
+            _check_rows("gather", x, graph.num_nodes, "node")
         self.by = by
         super().__init__([x], graph, shape=(graph.num_edges,) + x.shape[1:], dtype=x.dtype,
                          scope="e", name=name)
@@ -52,7 +54,9 @@ class Gather(GraphOp):
         return f"gather_{self.by}"
 
     def adjoints(self, delta):
-        return [Aggregate(delta, self.graph, at=self.by, reduce="sum")]
+        total = Aggregate(delta, self.graph, at=self.by, reduce="sum")
+        rows = self.args[0].shape[0]
+        return [total if rows == self.graph.num_nodes else total[:rows]]
 
 
 class Aggregate(GraphOp):
@@ -81,9 +85,15 @@ class Aggregate(GraphOp):
 
     def degree_scale(self):
         """1 / max(degree, 1) shaped to broadcast over the result."""
+        trailing = (1,) * (self.ndim - 1)
+        if self.graph.varies:     # edges replaced between calls: count them when run
+            from .elementwise import Maximum
+            ones = Constant(np.ones((self.graph.num_edges,) + trailing, dtype=self.dtype))
+            return 1.0 / Maximum(Aggregate(ones, self.graph, at=self.at, reduce="sum"), 1.0)
         degrees = self.graph.in_degrees if self.at == "dst" else self.graph.out_degrees
         scale = 1.0 / np.maximum(degrees, 1).astype(self.dtype)
-        return Constant(scale.reshape((-1,) + (1,) * (self.ndim - 1)))
+        # In the op's dtype: Constant would round a float64 array to float32.
+        return Constant(scale.reshape((-1,) + trailing), dtype=self.dtype)
 
     def adjoints(self, delta):
         g, at = self.graph, self.at

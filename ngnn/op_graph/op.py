@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import control_flow_error
+from ..errors import TracingError, at_user_line, control_flow_error
+from ..origin import creation_site
+
 from .scopes import combine_scopes
 
 _op_ids = itertools.count()
@@ -114,10 +116,31 @@ class Op:
             zoom = next((a.zoom for a in self._args if a.zoom is not None), None)
         self.scope = scope
         self.zoom = zoom      # the zoomIn context of a traced per-vertex value, else None
-        self.forward = None
+        self._forward = None
+        self.origin = creation_site()     # (file, line) that built it, for run-time errors
         self.id = next(_op_ids)
 
     # ---- graph structure -------------------------------------------------------------
+    @property
+    def forward(self):
+        """The op that replaces this one (set by passes), or None."""
+        return self._forward
+
+    @forward.setter
+    def forward(self, replacement):
+        # Checked here, where a pass sets it, so a wrong replacement is reported by the
+        # pass that made it rather than as a crash in a later pass or in generated code.
+        if replacement is not None:
+            if not isinstance(replacement, Op):
+                raise TypeError(f"{self}.forward must be an ngnn op, got {replacement!r}")
+            if replacement.shape != self.shape or replacement.dtype != self.dtype:
+                raise ShapeError(
+                    f"cannot replace {self} by {replacement}: a replacement must have the same "
+                    f"shape and dtype (PeepholeGraphPass.replace_op broadcasts and casts it)")
+            if replacement.origin is None:
+                replacement.origin = self.origin
+        self._forward = replacement
+
     @property
     def args(self):
         return tuple(a.forwarded for a in self._args)
@@ -125,8 +148,8 @@ class Op:
     @property
     def forwarded(self):
         op = self
-        while op.forward is not None:
-            op = op.forward
+        while op._forward is not None:
+            op = op._forward
         return op
 
     def attrs(self):
@@ -239,6 +262,44 @@ class Op:
         from .layout import Transpose
         return Transpose(self)
 
+    # ---- Python and NumPy constructs that need a value ---------------------------------
+    def __int__(self):
+        raise needs_value_error(self, "int(...)", "keep it a tensor: ng.cast(x, np.int64) "
+                                "converts element types")
+
+    def __float__(self):
+        raise needs_value_error(self, "float(...)", "keep it a tensor (ng.cast(x, np.float32) "
+                                "converts element types); plain numbers mix with tensors as is")
+
+    def __complex__(self):
+        raise needs_value_error(self, "complex(...)", "ngnn computes with real tensors")
+
+    def __index__(self):
+        raise needs_value_error(
+            self, "a Python integer index (range(...), indexing a list or tuple, ...)",
+            "write the loop or the selection as tensor ops: slicing x[i] with a Python int, "
+            "ng.one_hot / masks for a data-dependent choice, v.innbs to run over neighbours")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # An ndarray or NumPy scalar on the left of an operator (array * x) lands here.
+        operator = NUMPY_OPERATORS.get(ufunc.__name__)
+        if method == "__call__" and operator is not None and not kwargs and len(inputs) == 2:
+            cls_name, swap = operator
+            return _binary(cls_name, *(inputs[::-1] if swap else inputs))
+        name = ufunc.__name__
+        if method != "__call__":      # np.sum(x) is np.add.reduce(x), np.max np.maximum's
+            raise needs_value_error(self, f"np.{name}.{method}(...) (what np.sum, np.max and "
+                                    "similar functions call)", "use ng.sum, ng.max, ng.min or "
+                                    "ng.mean, which build the computation")
+        raise needs_value_error(self, f"np.{name}(...)",
+                                f"use the ngnn op (ng.{name} where it exists, e.g. ng.exp, "
+                                "ng.log, ng.maximum), which builds the computation")
+
+    def __array__(self, dtype=None, copy=None):
+        raise needs_value_error(self, "a NumPy array (np.asarray, np.array or a NumPy "
+                                "function)", "use ngnn ops on it, or run a computation to "
+                                "get its value")
+
     def __iter__(self):
         raise TypeError(f"cannot iterate over the tensor {self}: it is symbolic. Use "
                         "slicing, or iterate over v.innbs / v.inedges inside ng.zoomIn")
@@ -247,6 +308,24 @@ class Op:
         if not self.shape:
             raise TypeError(f"len() of the scalar tensor {self}")
         return self.shape[0]
+
+
+# ufunc name -> (op class, whether the arguments swap): what `array <op> x` means.
+NUMPY_OPERATORS = {"add": ("Add", False), "subtract": ("Subtract", False),
+                   "multiply": ("Multiply", False), "divide": ("Divide", False),
+                   "true_divide": ("Divide", False), "power": ("Power", False),
+                   "matmul": ("Dot", False), "greater": ("Greater", False),
+                   "greater_equal": ("GreaterEqual", False), "less": ("Greater", True),
+                   "less_equal": ("LessEqual", False)}
+
+
+def needs_value_error(op, construct, advice):
+    """The error for Python or NumPy code that needs a symbolic tensor's value: a
+    TracingError at the user's line inside ng.zoomIn, a TypeError elsewhere."""
+    message = at_user_line(
+        f"{construct} on the symbolic tensor {op} needs its value, which exists only when "
+        f"the computation runs; {advice}")
+    return TracingError(message) if op.zoom is not None else TypeError(message)
 
 
 def _binary(cls_name, x, y):

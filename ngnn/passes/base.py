@@ -24,7 +24,24 @@ class GraphPass:
 visit = on_type
 
 
-class PeepholeGraphPass(GraphPass, TypeDispatched):
+class PassType(type):
+    """Puts `visit` in every peephole pass's class body. A class body resolves a name it
+    also assigns (`visit`, rebound by each decorated method) in its own namespace and then
+    in the module's globals, never in an enclosing function's locals, so
+    `from ngnn.passes import visit` inside a function would not reach `@visit.on_type`.
+    Preparing the namespace makes API.md's example work wherever it is written."""
+
+    @classmethod
+    def __prepare__(mcs, name, bases, **kwargs):
+        return {"visit": visit}
+
+    def __new__(mcs, name, bases, namespace, **kwargs):
+        if namespace.get("visit") is visit:
+            del namespace["visit"]        # no visit methods here: keep the parent's
+        return super().__new__(mcs, name, bases, dict(namespace), **kwargs)
+
+
+class PeepholeGraphPass(GraphPass, TypeDispatched, metaclass=PassType):
     """Visits every op (arguments first) and replaces ops, until nothing changes."""
 
     max_rounds = 50

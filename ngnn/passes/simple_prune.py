@@ -89,6 +89,8 @@ class SimplePrune(PeepholeGraphPass):
         if op.is_stateful or not op.args or isinstance(op, (Constant, Broadcast)) or \
                 op.size > FOLD_LIMIT or not all(_is_constant(a) for a in op.args):
             return False
+        if getattr(op, "graph", None) is not None and op.graph.varies:
+            return False      # a GraphSlot's edges change between calls
         if self.evaluate is None:
             return False
         value = self.evaluate(op, [_value(a) for a in op.args])

@@ -69,6 +69,12 @@ def extreme(dtype, largest):
     return literal(info.max if largest else info.min, dtype)
 
 
+def keeps_nan(x, better, acc):
+    """C for the better of `x` and `acc` by `better` (">" or "<"), NaN winning as in NumPy's
+    maximum and minimum (a bare comparison would drop a NaN `x`)."""
+    return f"((({x} {better} {acc}) | ({x} != {x})) ? {x} : {acc})"
+
+
 def in_precision(expr, dtype):
     """Op templates write float literals (1.0f); in double kernels they must be double."""
     return _FLOAT_SUFFIX.sub(r"\1", expr) if np.dtype(dtype) == np.float64 else expr
@@ -117,7 +123,7 @@ class KernelParams:
     def __init__(self, plan, computed, taken=()):
         self.plan = plan
         self.computed = computed  # ops this kernel computes in registers
-        self.namer = Namer(taken)
+        self.namer = Namer(taken=taken)
         self.tensors = {}         # base op -> C name
         self.graph_arrays = {}    # (graph, attribute) -> C name
         self.sparse_arrays = {}   # (sparse placeholder, part) -> C name
@@ -241,8 +247,18 @@ class Block:
         return None
 
     # ---- values -------------------------------------------------------------------------
+    # The methods below are generators run by `evaluate`: asking for an argument's value is
+    # `x = yield self.value_steps(arg, coords)`, so a chain of thousands of ops costs a list
+    # of pending generators, not Python's recursion limit.
     def value(self, op, coords):
         """A C expression for `op` at `coords` (one C expression per axis)."""
+        return evaluate(self.value_steps(op, coords))
+
+    def compute(self, op, coords):
+        """`op` at `coords` from its arguments (the op is planned inline)."""
+        return evaluate(self.compute_steps(op, coords))
+
+    def value_steps(self, op, coords):
         coords = tuple(str(c) for c in coords)
         key = (op, coords)
         found = self._lookup(key)
@@ -252,47 +268,47 @@ class Block:
             elif self.params.is_stored(op):
                 found = self.load(op, flat_index(coords, op.shape))
             else:
-                found = self.compute(op, coords)
+                found = yield self.compute_steps(op, coords)
             self.cache[key] = found
         return found
 
-    def value_at_flat(self, op, flat):
+    def value_at_flat_steps(self, op, flat):
         """`op` at row-major offset `flat`: a stored op is loaded there directly."""
         if self.params.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
             return self.load(op, flat)
         var = self.declare(np.int32, flat, "i")
-        return self.value(op, unravel(var, op.shape))
+        return (yield self.value_steps(op, unravel(var, op.shape)))
 
     def load(self, op, flat):
         return self.declare(op.dtype, f"{self.params.tensor(op)}[{flat}]")
 
-    def compute(self, op, coords):
-        """`op` at `coords` from its arguments (the op is planned inline)."""
+    def compute_steps(self, op, coords):
         coords = tuple(str(c) for c in coords)
         if isinstance(op, Cast):
             (x,) = op.args
-            value = self.value(x, coords)
+            value = yield self.value_steps(x, coords)
             if op.dtype == np.bool_:
                 return self.declare(op.dtype, f"(({value}) != 0)")
             return self.declare(op.dtype, f"({ctype(op.dtype)})({value})")
         if isinstance(op, Dropout):
-            x = self.value(op.args[0], coords)
+            x = yield self.value_steps(op.args[0], coords)
             return self.dropout(op, x, flat_index(coords, op.shape))
         if isinstance(op, ElementWise):
             t = ctype(op.dtype)
             fields = attribute_literals(op)
-            fields.update((name, f"(({t}){self.value(a, broadcast_coords(coords, a.shape, op.shape))})")
-                          for name, a in zip(("x", "y"), op.args))
+            for name, a in zip(("x", "y"), op.args):
+                arg = yield self.value_steps(a, broadcast_coords(coords, a.shape, op.shape))
+                fields[name] = f"(({t}){arg})"
             expr = in_precision(op.c.format(out_ctype=t, **fields), op.dtype)
             return self.declare(op.dtype, f"({t})({expr})")
         if isinstance(op, Broadcast):
             (x,) = op.args
-            return self.value(x, broadcast_coords(coords, x.shape, op.shape))
+            return (yield self.value_steps(x, broadcast_coords(coords, x.shape, op.shape)))
         if isinstance(op, Transpose):
             arg_coords = [None] * op.ndim
             for i, axis in enumerate(op.axes):
                 arg_coords[axis] = coords[i]
-            return self.value(op.args[0], arg_coords)
+            return (yield self.value_steps(op.args[0], arg_coords))
         if isinstance(op, Slice):
             out = iter(coords)
             arg_coords = []
@@ -303,9 +319,9 @@ class Block:
                     c = next(out)
                     arg_coords.append(c if (k.start, k.step) == (0, 1)
                                       else f"{k.start} + ({k.step}) * ({c})")
-            return self.value(op.args[0], arg_coords)
+            return (yield self.value_steps(op.args[0], arg_coords))
         if isinstance(op, Reshape):
-            return self.value_at_flat(op.args[0], flat_index(coords, op.shape))
+            return (yield self.value_at_flat_steps(op.args[0], flat_index(coords, op.shape)))
         if isinstance(op, Gather):
             (x,) = op.args
             loop = self._loop_of(coords[0])
@@ -313,16 +329,17 @@ class Block:
                     self.hoistable(loop, coords[1:]):
                 # Inside a loop over this vertex's edges: the gathered value is the
                 # vertex's own, computed once before the loop.
-                return loop[4].value(x, (loop[3],) + coords[1:])
-            return self.value(x, (self.end_vertex(op.graph, op.by, coords[0]),) + coords[1:])
+                return (yield loop[4].value_steps(x, (loop[3],) + coords[1:]))
+            vertex = self.end_vertex(op.graph, op.by, coords[0])
+            return (yield self.value_steps(x, (vertex,) + coords[1:]))
         if isinstance(op, Reduction):
-            return self.reduction(op, coords)
+            return (yield self.reduction_steps(op, coords))
         if isinstance(op, Aggregate):
-            return self.aggregate(op, coords)
+            return (yield self.aggregate_steps(op, coords))
         if isinstance(op, EdgeSoftmax):
-            return self.edge_softmax(op, coords)
+            return (yield self.edge_softmax_steps(op, coords))
         if isinstance(op, OneHot):
-            label = self.value(op.args[0], coords[:-1])
+            label = yield self.value_steps(op.args[0], coords[:-1])
             return self.declare(op.dtype, f"({label} == ({coords[-1]})) ? "
                                 f"{literal(1, op.dtype)} : {literal(0, op.dtype)}")
         raise TypeError(f"the GPU transformer cannot compute {type(op).__name__} inline")
@@ -336,7 +353,7 @@ class Block:
             found = self.cache[key] = self.declare(np.int32, f"{ends}[{eid}]", "n")
         return found
 
-    def aggregate(self, op, coords):
+    def aggregate_steps(self, op, coords):
         """seed 000's aggInit / aggCompute / aggWrite: a loop over the vertex's edges with
         the edge values computed in registers (edgeCompute)."""
         t = ctype(op.dtype)
@@ -347,14 +364,15 @@ class Block:
         pre = Block(self.params, self, self.indent)
         pre.emit(f"{t} {acc} = {init};")
         body, eid, (start, end), close = self.edge_loop(op.graph, op.at, coords[0], pre)
-        x = f"(({t}){body.value(op.args[0], (eid,) + coords[1:])})"
-        body.emit(f"{acc} = {x} {best} {acc} ? {x} : {acc};" if op.reduce in ("max", "min")
+        edge_value = yield body.value_steps(op.args[0], (eid,) + coords[1:])
+        x = f"(({t}){edge_value})"
+        body.emit(f"{acc} = {keeps_nan(x, best, acc)};" if op.reduce in ("max", "min")
                   else f"{acc} += {x};")
         close()
         final = f"{acc} / ({t})({end} - {start})" if op.reduce == "mean" else acc
         return self.declare(op.dtype, f"{end} > {start} ? {final} : {literal(0, op.dtype)}")
 
-    def reduction(self, op, coords):
+    def reduction_steps(self, op, coords):
         """A row-wise reduction in registers: a loop over the reduced coordinates (the
         per-head sums of a fused group)."""
         (x,) = op.args
@@ -375,8 +393,8 @@ class Block:
             self.emit(f"{t} {acc} = {literal(0, op.dtype)};")
         body = self.child()
         body.counter = r
-        value = f"(({t}){body.value(x, x_coords)})"
-        body.emit(f"{acc} = {value} {better} {acc} ? {value} : {acc};" if isinstance(op, Max)
+        value = f"(({t}){(yield body.value_steps(x, x_coords))})"
+        body.emit(f"{acc} = {keeps_nan(value, better, acc)};" if isinstance(op, Max)
                   else f"{acc} += {value};")
         self.emit(f"for (int {r} = 0; {r} < {count}; ++{r}) {{")
         self.nest(body)
@@ -387,7 +405,7 @@ class Block:
             return literal(0, op.dtype)
         return acc
 
-    def edge_softmax(self, op, coords):
+    def edge_softmax_steps(self, op, coords):
         """exp(x - max) / sum over the edges of the edge's vertex. Inside an aggregation's
         loop over the same vertex the max and sum are computed once, before that loop."""
         eid, rest = coords[0], coords[1:]
@@ -399,13 +417,13 @@ class Block:
         key = ("softmax statistics", op, vertex, rest)
         stats = outer._lookup(key)
         if stats is None:
-            stats = outer.softmax_statistics(op, vertex, rest)
+            stats = yield outer.softmax_statistics_steps(op, vertex, rest)
             outer.cache[key] = stats
-        x = self.value(op.args[0], coords)
+        x = yield self.value_steps(op.args[0], coords)
         t = ctype(op.dtype)
         return self.declare(op.dtype, f"exp(({t}){x} - {stats[0]}) / {stats[1]}")
 
-    def softmax_statistics(self, op, vertex, rest):
+    def softmax_statistics_steps(self, op, vertex, rest):
         t = ctype(op.dtype)
         peak, total = self.params.fresh("peak"), self.params.fresh("total")
         self.emit(f"{t} {peak} = {extreme(op.dtype, largest=False)};")
@@ -413,7 +431,8 @@ class Block:
         for update in (f"{peak} = {{x}} > {peak} ? {{x}} : {peak};",
                        f"{total} += exp({{x}} - {peak});"):
             body, eid, _, close = self.edge_loop(op.graph, op.at, vertex)
-            x = f"(({t}){body.value(op.args[0], (eid,) + rest)})"
+            edge_value = yield body.value_steps(op.args[0], (eid,) + rest)
+            x = f"(({t}){edge_value})"
             body.emit(update.format(x=x))
             close()
         return peak, total
@@ -428,3 +447,21 @@ class Block:
         t = ctype(op.dtype)
         scaled = f"(({t}){x} * {literal(philox.keep_scale(op.rate, op.dtype), op.dtype)})"
         return self.declare(op.dtype, f"{scaled} * ({t}){keep}")
+
+
+def evaluate(steps):
+    """Runs a generator of the value methods to its result, running each generator it
+    yields (a request for a value) first and sending that value back: an explicit stack
+    where plain calls would recurse once per op of a chain."""
+    stack, sent = [steps], None
+    while True:
+        try:
+            request = stack[-1].send(sent)
+        except StopIteration as done:
+            stack.pop()
+            if not stack:
+                return done.value
+            sent = done.value
+            continue
+        stack.append(request)
+        sent = None

@@ -18,7 +18,7 @@ from ngnn.op_graph.sparse import sparse_source
 from ngnn.passes import KernelGroup
 
 from .expressions import (Block, KernelParams, broadcast_coords, ctype, extreme, flat_index,
-                          literal, unravel)
+                          keeps_nan, literal, unravel)
 from .runtime import template_environment
 
 PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softmax",
@@ -210,7 +210,7 @@ class GPUKernelGenerator(TypeDispatched):
             # Min subclasses Max in the op-graph, so test for Min.
             better = "<" if isinstance(op, Min) else ">"
             init = extreme(op.dtype, largest=isinstance(op, Min))
-            combine = "({b} " + better + " {a} ? {b} : {a})"
+            combine = keeps_nan("{b}", better, "{a}")
             final = "partial[0]" if count else literal(0, op.dtype)
         else:
             init, combine = literal(0, op.dtype), "{a} + {b}"
@@ -323,7 +323,7 @@ class GPUKernelGenerator(TypeDispatched):
         if op.reduce in ("max", "min"):
             better = ">" if op.reduce == "max" else "<"
             init = extreme(op.dtype, largest=op.reduce == "min")
-            combine = f"({value} {better} acc ? {value} : acc)"
+            combine = keeps_nan(value, better, "acc")
         else:
             init, combine = literal(0, op.dtype), f"acc + {value}"
         final = "acc / (end - start)" if op.reduce == "mean" else "acc"

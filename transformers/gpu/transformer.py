@@ -11,6 +11,8 @@ Layout ops: a Reshape that is not fused is a view (same buffer, same row-major o
 Transpose, Broadcast and Slice never get storage of their own unless they are results:
 their readers index through them.
 """
+import functools
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -18,7 +20,8 @@ import numpy as np
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
 from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning
 
-from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
+from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
+from ..debug_nans import check_finite
 from .kernels import GPUKernelGenerator
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 
@@ -32,23 +35,71 @@ def shared_runtime(name):
     return get_runtime(name)
 
 
-_programs = {}     # (runtime name, source) -> {kernel name: runtime Kernel}
-# Every computation's kernels, so tests can compile each kernel this process produced for
-# the dialect it did not run in (tests/test_nvcc_all_kernels.py).
-generated_kernels = []
+class BoundedCache(OrderedDict):
+    """A dict that keeps its `limit` most recently stored or used entries, so a process
+    that builds transformer after transformer does not grow without bound."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+    def remember(self, key, make):
+        if key in self:
+            self.move_to_end(key)
+        else:
+            self[key] = make()
+            while len(self) > self.limit:
+                self.popitem(last=False)
+        return self[key]
+
+
+_programs = BoundedCache(256)     # (runtime name, source) -> {kernel name: runtime Kernel}
+# The distinct kernels generated in this process, so tests can compile each one for the
+# dialect it did not run in (tests/test_nvcc_all_kernels.py).
+generated_kernels = BoundedCache(50000)
 
 
 def build_program(runtime, source, names):
-    key = (runtime.name, source)
-    if key not in _programs:
-        _programs[key] = runtime.build(source, names)
-    return _programs[key]
+    return _programs.remember((runtime.name, source), lambda: runtime.build(source, names))
+
+
+def record_kernels(kernels):
+    for k in kernels:
+        key = (k.template, k.signature, tuple(sorted(k.fields.items())))
+        generated_kernels.remember(key, lambda: k)
+
+
+class DeviceMemoryError(MemoryError):
+    """A computation needs more device memory than the device has or allows at once."""
 
 
 class GPUDeviceBufferStorage(DeviceBufferStorage):
     def allocate(self):
         self.buffer = self.transformer.runtime.alloc(self.nbytes)
+        self.transformer.storages.append(self)
         return self.buffer
+
+
+def check_device_memory(runtime, requests, in_use):
+    """Raises DeviceMemoryError, naming the tensor, the bytes it needs and the limit, when
+    the allocations `requests` ((what, bytes) pairs) would exceed the device's largest
+    allocation or, with the `in_use` bytes already held, its memory. Checked before
+    allocating: drivers answer an oversized request with a bare status code or abort."""
+    total, largest = runtime.memory_limits()
+    for what, nbytes in requests:
+        if nbytes > largest:
+            raise DeviceMemoryError(
+                f"{what} needs {nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than the "
+                f"largest single allocation the device {runtime.device_name!r} allows "
+                f"({largest} bytes, {largest / 2**30:.2f} GiB)")
+    need = sum(nbytes for _, nbytes in requests)
+    if need + in_use > total:
+        what, nbytes = max(requests, key=lambda r: r[1])
+        raise DeviceMemoryError(
+            f"the computation needs {need} bytes of device memory ({need / 2**30:.2f} GiB; "
+            f"the largest is {what}, {nbytes} bytes) on top of {in_use} bytes in use, more "
+            f"than the {total} bytes ({total / 2**30:.2f} GiB) of the device "
+            f"{runtime.device_name!r}")
 
 
 class GPUDeviceTensor(DeviceTensor):
@@ -74,8 +125,10 @@ class GPUDeviceTensor(DeviceTensor):
 
 def new_tensor(transformer, shape, dtype, name):
     dtype = np.dtype(dtype)
-    storage = GPUDeviceBufferStorage(transformer, int(np.prod(shape, dtype=np.int64)) *
-                                     dtype.itemsize, name)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    check_device_memory(transformer.runtime, [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
+                        sum(storage.nbytes for storage in transformer.storages))
+    storage = GPUDeviceBufferStorage(transformer, nbytes, name)
     storage.allocate()
     return GPUDeviceTensor(storage, 0, shape, dtype)
 
@@ -143,7 +196,7 @@ class GPUKernelGroup:
         self.parameters = parameters        # DeviceTensors, in call order
         self.results = results              # DeviceTensors to download
         self.deferred = deferred            # (value tensor, variable tensor)
-        self.label_checks = label_checks    # (parameter index, number of classes)
+        self.label_checks = label_checks    # (parameter index, classes): before the upload
 
     def __call__(self, *args):
         *values, step = args
@@ -152,16 +205,28 @@ class GPUKernelGroup:
             check_labels(values[index], classes)
         for tensor, value in zip(self.parameters, values):
             tensor.set(value)
-        for kernel, global_size, local_size, bound in self.launches:
+        self.transformer.refresh_graphs()
+        # Checks of a launch's output (computed class ids, debug_nans) run right after it,
+        # while its inputs are intact and before any assignment lands.
+        for kernel, global_size, local_size, bound, checks in self.launches:
             call_args = [np.uint32(step) if a is None else
                          a[0].buffers[a[1]] if isinstance(a, tuple) else a for a in bound]
             runtime.launch(kernel, global_size, local_size, call_args)
+            for check in checks:
+                check()
         # Assignments land after every kernel, so every read saw the old values; a variable
         # among the results then reads as its new value, as on the NumPy transformer.
         for value, variable in self.deferred:
             runtime.copy(variable.buffer, variable.offset, value.buffer, value.offset,
                          variable.nbytes)
         return [tensor.get() for tensor in self.results]
+
+
+def check_output(op, out, inputs):
+    """debug_nans: `op`'s output, right after its kernel ran, with its arguments' values
+    for the report (a sparse argument's values stay on the device)."""
+    if op.dtype.kind == "f":
+        check_finite(op, out.get(), [np.empty(0) if t is None else t.get() for t in inputs])
 
 
 def check_labels(labels, classes):
@@ -193,15 +258,18 @@ class GPUTransformer(Transformer):
         self.runtime = shared_runtime(runtime) if runtime is not None else get_runtime()
         self.constant_tensors = {}
         self.graph_tensors = {}
+        self.storages = []       # every allocation, freed by close()
+        self.uploaded_versions = {}     # (GraphSlot, attribute) -> version on the device
 
     def is_view(self, op):
         return isinstance(op, Reshape)
 
     def late_passes(self):
         # Every graph op runs inside a group's kernels, lone ones in groups of their own;
-        # fusion=False gives one kernel per op.
+        # fusion=False gives one kernel per op, and so does debug_nans, which checks each
+        # op's output.
         return self.fusion_passes(single_ops=True, vertex_gathers=True) + \
-            [KernelPlanning(inline=self.fusion), BufferSharing()]
+            [KernelPlanning(inline=self.fusion and not self.debug_nans), BufferSharing()]
 
     def inplace_ok(self, op):
         return False      # kernel arguments are declared restrict: never out and in at once
@@ -217,13 +285,52 @@ class GPUTransformer(Transformer):
         return self.constant_tensors[op]
 
     def graph_tensor(self, graph, attribute):
-        """A graph's index array on the device, as int32 (uploaded once per graph)."""
+        """A graph's index array on the device, as int32 (uploaded once per graph, and again
+        when a GraphSlot has been loaded with new edges: see refresh_graphs)."""
         key = (graph, attribute)
         if key not in self.graph_tensors:
             array = np.asarray(getattr(graph, attribute))
             self.graph_tensors[key] = new_tensor(self, array.shape, np.int32, attribute)
             self.graph_tensors[key].set(array.astype(np.int32))
+            if graph.varies:
+                self.uploaded_versions[key] = graph.version
         return self.graph_tensors[key]
+
+    def allocation_requests(self, computation, kernels, memory):
+        """(what, bytes) of every allocation the computation is about to make."""
+        plan = computation.kernel_plan
+        requests = [(buffer_holding(memory, i), nbytes)
+                     for i, nbytes in enumerate(memory.buffer_bytes)]
+        requests += [(f"placeholder {p}", p.nbytes) for p in computation.parameters
+                     if not p.is_sparse]      # a sparse value's size is known when fed
+        leaves = {plan.base(t) for k in kernels for t in k.inputs}
+        requests += [(f"variable {v}", v.nbytes) for v in computation.variables
+                     if v not in self.variable_tensors]
+        requests += [(f"constant {c}", c.nbytes) for c in leaves
+                     if isinstance(c, Constant) and c not in self.constant_tensors]
+        graphs = {b[1:] for k in kernels for b in k.bindings if b[0] == "graph"}
+        requests += [(f"the graph's {attribute}", 4 * np.asarray(getattr(graph, attribute)).size)
+                     for graph, attribute in graphs if (graph, attribute) not in self.graph_tensors]
+        return requests
+
+    def close(self):
+        """Frees every device buffer of this transformer now."""
+        if not self.closed:
+            for storage in self.storages:
+                self.runtime.free(storage.buffer)
+            self.storages = []
+            self.variable_tensors, self.constant_tensors, self.graph_tensors = {}, {}, {}
+            for comp in self.computations:
+                comp.executor = None
+        super().close()
+    def refresh_graphs(self):
+        """Uploads the index arrays of slots loaded since their last upload (same sizes,
+        same device buffers, so the compiled kernels stay valid)."""
+        for key, version in self.uploaded_versions.items():
+            graph, attribute = key
+            if graph.version != version:
+                self.graph_tensors[key].set(np.asarray(getattr(graph, attribute), np.int32))
+                self.uploaded_versions[key] = graph.version
 
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
@@ -232,6 +339,8 @@ class GPUTransformer(Transformer):
                    for root in kernel_roots(step)]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
         memory = computation.memory_plan
+        check_device_memory(self.runtime, self.allocation_requests(computation, kernels, memory),
+                            sum(storage.nbytes for storage in self.storages))
         buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
                    for i, nbytes in enumerate(memory.buffer_bytes)]
         for storage in buffers:
@@ -256,13 +365,25 @@ class GPUTransformer(Transformer):
                 tensor = GPUDeviceTensor(buffers[memory.slots[base]], 0, base.shape, base.dtype)
             return tensor.view(op.shape)
 
-        generated_kernels.append(kernels)
+        record_kernels(kernels)
         source = render_program(kernels, self.runtime.dialect)
         built = build_program(self.runtime, source, [k.name for k in kernels])
+        computed_labels = {plan.base(op.args[0]): op.num_classes
+                           for op in computation.ordered_ops
+                           if isinstance(op, OneHot) and op.args[0] not in placeholders}
         launches = []
         for k in kernels:
             if not all(k.global_size):
                 continue              # an empty tensor: nothing to compute
+            checks = []
+            if k.op in computed_labels:
+                checks.append(functools.partial(
+                    lambda out, classes: check_labels(out.get(), classes),
+                    tensor_of(k.op), computed_labels[k.op]))
+            if self.debug_nans:
+                checks.append(functools.partial(check_output, k.op, tensor_of(k.op),
+                                                [None if a.is_sparse else tensor_of(a)
+                                                 for a in k.op.args]))
             bound = []
             for binding in k.bindings:
                 if binding[0] in ("out", "tensor"):
@@ -273,7 +394,7 @@ class GPUTransformer(Transformer):
                     bound.append((placeholders[binding[1]], binding[2]))   # set per call
                 else:
                     bound.append(None)      # the call number, known at launch
-            launches.append((built[k.name], k.global_size, k.local_size, bound))
+            launches.append((built[k.name], k.global_size, k.local_size, bound, checks))
         label_checks = [(computation.parameters.index(op.args[0]), op.num_classes)
                         for op in computation.ordered_ops
                         if isinstance(op, OneHot) and op.args[0] in placeholders]

@@ -196,7 +196,9 @@ class FusedGroupWriter:
         return products, skipped
 
     def statements(self, op, local, end):
-        name = f"{self.names[op]}_b"
+        # Block values are named "b_" + the tensor's name after its "t_" prefix: unique,
+        # and clear of the tensors' and the generator's own names.
+        name = "b" + self.names[op][1:]
         local[op] = name
         args = []
         for a in op.args:

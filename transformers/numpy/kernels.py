@@ -8,6 +8,8 @@ import scipy.sparse
 
 from ngnn import philox
 
+from ..debug_nans import check_finite  # noqa: F401  (called by modules built with debug_nans)
+
 try:   # SciPy's kernels for CSR (CSC) @ dense that accumulate into a given output
     from scipy.sparse._sparsetools import csc_matvecs, csr_matvecs
 except ImportError:        # pragma: no cover - other SciPy layouts

@@ -1,11 +1,12 @@
 """The NumPy transformer: each computation becomes one generated Python module.
 
-The module's `bind(buffers, variables, constants, graphs)` makes a tensor view for every
+The module's `bind(buffers, variables, constants, graphs, ops)` makes a tensor view for every
 intermediate (where the memory plan put it) and returns the step function, whose body is
 one or a few NumPy/SciPy statements per op, each writing into its planned view with
 `out=`. So the memory plan is the memory really used.
 """
 import linecache
+import weakref
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from ngnn.passes import FusedGroup
 from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Slice, Transpose,
                            Variable)
 
-from ..base import DeviceBufferStorage, DeviceTensor, Transformer
+from ..base import DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
 from .codegen import NumPyCodeGenerator, literal
 from .fused import DEFAULT_BLOCK_BYTES, FusedGroupWriter, csr_ordered_values
 
@@ -42,6 +43,7 @@ class NumPyDeviceTensor(DeviceTensor):
 
 class NumPyTransformer(Transformer):
     name = "numpy"
+    extra_options = ("fusion_block_bytes",)
 
     def is_view(self, op):
         return isinstance(op, VIEW_OPS)
@@ -51,35 +53,66 @@ class NumPyTransformer(Transformer):
         storage.allocate()
         return NumPyDeviceTensor(storage, 0, variable.shape, variable.dtype)
 
+    def close(self):
+        """Drops every buffer, generated module and linecache entry of this transformer."""
+        for comp in self.computations:
+            linecache.cache.pop(getattr(comp, "source_file", None), None)
+            comp.executor, comp.buffers = None, None
+        self.variable_tensors = {}
+        super().close()
+
     def transform_ordered_ops(self, computation):
         module = ModuleWriter(computation, self.options.get('fusion_block_bytes',
-                                                               DEFAULT_BLOCK_BYTES))
+                                                               DEFAULT_BLOCK_BYTES),
+                              self.debug_nans)
         source = module.render()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
-        # Registered so tracebacks through generated code show its lines.
+        # Registered so tracebacks through generated code show its lines, and dropped with
+        # the computation (or when the transformer closes).
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        computation.source_file = filename
+        weakref.finalize(computation, linecache.cache.pop, filename, None)
         namespace = {}
         exec(compile(source, filename, "exec"), namespace)
         buffers = []
         for i, nbytes in enumerate(computation.memory_plan.buffer_bytes):
             storage = NumPyDeviceBufferStorage(self, nbytes, f"buffer{i}")
-            buffers.append(storage.allocate())
+            try:
+                buffers.append(storage.allocate())
+            except MemoryError:
+                raise MemoryError(f"{buffer_holding(computation.memory_plan, i)} needs "
+                                  f"{nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than this "
+                                  "machine can allocate") from None
         variables = [self.variable_tensor(v).array for v in module.variables]
         computation.buffers = buffers
         computation.executor = namespace["bind"](buffers, variables, module.constants,
-                                                 module.graphs)
+                                                 module.graphs, module.checked_ops)
+        if self.debug_nans:
+            computation.executor = without_float_warnings(computation.executor)
         computation._source = source
+
+
+def without_float_warnings(executor):
+    """NumPy's overflow and invalid-value warnings, silenced where the NaN finder reports
+    the first non-finite value itself, with the op, its line and its inputs."""
+    def run(*args):
+        with np.errstate(all="ignore"):
+            return executor(*args)
+    return run
 
 
 class ModuleWriter:
     """Renders one computation as a Python module."""
 
-    def __init__(self, computation, block_bytes):
+    def __init__(self, computation, block_bytes, debug_nans=False):
         self.comp = computation
         self.block_bytes = block_bytes
+        self.debug_nans = debug_nans
+        self.checked_ops = []       # ops whose outputs the NaN finder checks (`ops[i]`)
         self.plan = computation.memory_plan
         self.names = {}
-        self.namer = Namer()
+        # Every tensor name starts with "t_", which no name of the generator's own does.
+        self.namer = Namer(prefix="t_")
         self.variables, self.constants, self.graphs = [], [], []
         self.bind_lines, self.body, self.deferred = [], [], []
         self.codegen = NumPyCodeGenerator(self.ref)
@@ -114,7 +147,7 @@ class ModuleWriter:
                 self.emit_group(step)
             else:
                 self.emit(step)
-        function = self.namer("run_" + self.comp.name)
+        function = "run"
         params = [self.name_of(p) for p in self.comp.parameters] + ["step"]
         results = [f"{self.name_of(r)}.copy()" for r in self.comp.results]
         lines = [f'"""ngnn computation {sanitize(self.comp.name)}, generated by the NumPy '
@@ -123,7 +156,7 @@ class ModuleWriter:
                  "import scipy.special",
                  "from ngnn.transformers.numpy import kernels as K",
                  "", "",
-                 "def bind(buffers, variables, constants, graphs):"]
+                 "def bind(buffers, variables, constants, graphs, ops):"]
         lines += ["    " + line for line in self.bind_lines]
         lines += ["", f"    def {function}({', '.join(params)}):"]
         lines += ["        " + line for line in self.body + self.deferred]
@@ -170,3 +203,7 @@ class ModuleWriter:
         statements = self.codegen.generate_op(op, name, args)
         statements[-1] += comment
         self.body.extend(statements)
+        if self.debug_nans and not isinstance(op, VIEW_OPS):
+            self.checked_ops.append(op)
+            self.body.append(f"K.check_finite(ops[{len(self.checked_ops) - 1}], {name}, "
+                             f"({''.join(a + ', ' for a in args)}))")

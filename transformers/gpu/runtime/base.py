@@ -43,6 +43,14 @@ class Runtime(ABC):
         """A new buffer of `nbytes` bytes (zero is allowed), contents undefined."""
 
     @abstractmethod
+    def free(self, buffer):
+        """Release `buffer` now (a closed transformer's memory), not when it is collected."""
+
+    @abstractmethod
+    def memory_limits(self):
+        """(bytes of device memory, bytes of the largest single allocation)."""
+
+    @abstractmethod
     def write(self, buffer, offset_bytes, host_array):
         """Copy the whole contiguous `host_array` into `buffer` starting at `offset_bytes`."""
 

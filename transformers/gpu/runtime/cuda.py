@@ -25,6 +25,7 @@ class CUDARuntime(Runtime):
         self.arch = f"sm_{major}{minor}"
         self.options = list(options)
         # make_context also makes the context current on this thread, where every call runs.
+        self._device = device
         self._context = device.make_context()
         self._stream = drv.Stream()
         self.cache = cache if cache is not None else CompileCache()
@@ -35,6 +36,15 @@ class CUDARuntime(Runtime):
             raise ValueError(f"cannot allocate {nbytes} bytes")
         # cuMemAlloc rejects zero bytes; empty tensors still need a pointer to pass to kernels.
         return DeviceBuffer(nbytes, self._drv.mem_alloc(max(1, nbytes)))
+
+    def free(self, buffer):
+        if buffer.handle is not None:
+            buffer.handle.free()
+            buffer.handle = None
+
+    def memory_limits(self):
+        total = int(self._device.total_memory())
+        return total, total
 
     def write(self, buffer, offset_bytes, host_array):
         check_copy(buffer, offset_bytes, host_array, writable=False)

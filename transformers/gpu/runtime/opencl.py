@@ -43,6 +43,14 @@ class OpenCLRuntime(Runtime):
         handle = self._cl.Buffer(self._context, self._cl.mem_flags.READ_WRITE, size=max(1, nbytes))
         return DeviceBuffer(nbytes, handle)
 
+    def free(self, buffer):
+        if buffer.handle is not None:
+            buffer.handle.release()
+            buffer.handle = None
+
+    def memory_limits(self):
+        return int(self._device.global_mem_size), int(self._device.max_mem_alloc_size)
+
     def write(self, buffer, offset_bytes, host_array):
         check_copy(buffer, offset_bytes, host_array, writable=False)
         if host_array.nbytes:

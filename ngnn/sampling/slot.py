@@ -1,0 +1,85 @@
+"""GraphSlot: a graph of fixed sizes whose edges are replaced between calls.
+
+Graph ops hold their graph, and a computation is compiled for the sizes of its graphs. A
+computation built over slots serves every minibatch: before each call, `slot.load(block)`
+copies the batch's block in, and the sizes, hence the generated code and its buffers, stay
+those of the slot (seed 004: allocate for the worst case instead of reallocating per batch).
+
+A slot holds more rows and edges than a block it is loaded with. The spare rows are padding,
+and the spare edges join padding rows only (source rows past the block's sources to
+destination rows past its destinations, spread evenly so no vertex gets them all), so they
+change neither the real rows' aggregations nor their degrees. Padding rows compute finite
+values that no real row reads.
+"""
+import numbers
+
+import numpy as np
+
+from ngnn.graph import Graph
+
+
+def _size(name, value, least):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"GraphSlot: {name} must be an int >= {least}, got {value!r}")
+    return int(value)
+
+
+class GraphSlot(Graph):
+    """Rows `num_nodes`, destination rows `num_dst` (default num_nodes) and `num_edges`
+    edges; `version` counts the loads, so a device copy of the index arrays knows when it
+    is stale."""
+
+    varies = True
+
+    def __init__(self, num_nodes, num_edges, num_dst=None):
+        num_nodes = _size("num_nodes", num_nodes, 1)
+        num_dst = num_nodes if num_dst is None else _size("num_dst", num_dst, 1)
+        num_edges = _size("num_edges", num_edges, 0)
+        if num_dst > num_nodes:
+            raise ValueError(f"GraphSlot: num_dst={num_dst} exceeds num_nodes={num_nodes}")
+        self.version = -1
+        self._fill(*self._padding(0, 0, num_nodes, num_dst, num_edges), num_nodes, num_dst)
+        self.loaded = (0, 0, 0)       # (rows, destination rows, edges) of the loaded block
+
+    def load(self, graph):
+        """Replaces the edges by those of `graph` (a Graph or block) plus padding."""
+        if not isinstance(graph, Graph):
+            raise TypeError(f"GraphSlot.load: expected an ng.Graph, got {graph!r}")
+        spare = self.num_edges - graph.num_edges
+        fits = graph.num_nodes <= self.num_nodes and graph.num_dst <= self.num_dst and \
+            spare >= 0
+        if fits and spare:
+            fits = graph.num_nodes < self.num_nodes and graph.num_dst < self.num_dst
+        if not fits:
+            raise ValueError(
+                f"GraphSlot.load: {graph!r} does not fit this slot ({self.num_nodes} rows, "
+                f"{self.num_dst} destination rows, {self.num_edges} edges; padding edges "
+                "need a spare source row and a spare destination row)")
+        pad_src, pad_dst = self._padding(graph.num_nodes, graph.num_dst, self.num_nodes,
+                                         self.num_dst, spare)
+        self._fill(np.concatenate([graph.src, pad_src]), np.concatenate([graph.dst, pad_dst]),
+                   self.num_nodes, self.num_dst)
+        self.loaded = (graph.num_nodes, graph.num_dst, graph.num_edges)
+
+    @staticmethod
+    def _padding(rows, dst_rows, num_nodes, num_dst, count):
+        """`count` edges from the padding rows [rows, num_nodes) to the padding destination
+        rows [dst_rows, num_dst), ordered by destination."""
+        spread = np.arange(count, dtype=np.int64)
+        src = rows + spread % max(num_nodes - rows, 1)
+        dst = dst_rows + spread * (num_dst - dst_rows) // max(count, 1)
+        return src, dst
+
+    def _fill(self, src, dst, num_nodes, num_dst):
+        # Caches kept on the graph (CSR permutations, transformers' incidence matrices and
+        # blocks) describe the old edges: start from a clean object state.
+        version = self.version + 1
+        self.__dict__.clear()
+        Graph.__init__(self, src, dst, num_nodes, num_dst)
+        self.version = version
+
+    def __repr__(self):
+        rows, dst_rows, edges = self.loaded
+        return (f"GraphSlot(num_nodes={self.num_nodes}, num_dst={self.num_dst}, "
+                f"num_edges={self.num_edges}; loaded {rows} rows, {dst_rows} destination "
+                f"rows, {edges} edges)")
