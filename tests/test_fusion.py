@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import ngnn as ng
+from ngnn import nn
 from ngnn import transformers as ngt
 from ngnn.op_graph import Aggregate, EdgeSoftmax, Gather
 
@@ -56,6 +57,27 @@ def test_gat_step_fused_equals_unfused(options):
     for a, b in zip(fused, plain):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     assert np.all(fused[0][-5:] == 0)                  # no in-edges: exactly zero
+
+
+def test_gat_layer_step_keeps_group_only_edge_values_in_csr_order():
+    """nn.GATConv with attention dropout: the edge values only groups read are stored in
+    in-CSR order (slices in destination-parallel groups, one permutation in
+    source-parallel ones), the weighted sums run as per-head products, and the step
+    equals the unfused one."""
+    rng = np.random.default_rng(2)
+    g = random_graph(rng)
+    layer = nn.GATConv(4, 3, 2, attn_drop=0.5, seed=0, dtype=np.float64)
+    x = ng.placeholder((g.num_nodes, 4), dtype=np.float64, name="x")
+    rst = layer(g, x, training=True)
+    loss = ng.sum(rst * rst)
+    results = [rst, loss] + ng.grad(loss, layer.parameters())
+    xv = rng.normal(size=x.shape)
+    fused, comp = run(results, [x], [xv], fusion_block_bytes=512)
+    plain, _ = run(results, [x], [xv], fusion=False)
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    source = comp.source
+    assert "[p0:p1] = " in source and "in_pos" in source and "K.by_head(" in source
 
 
 def test_gat_forward_prints_two_fused_groups_around_the_dense_transform():

@@ -285,7 +285,7 @@ def check_argument(placeholder, value, check_finite):
 
 
 BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "check_finite",
-                "debug_nans")
+                "debug_nans", "aggregate_transform_order")
 
 
 def unknown_option_error(what, name, valid):
@@ -320,16 +320,18 @@ class Transformer:
     inside fused groups (and keeps dropped values alive for the backward instead of
     dropping again), max_recompute bounds the ops recomputed for one value;
     check_finite=False skips the NaN/Inf check of arguments; debug_nans=True checks every
-    op's output as it runs and raises at the first NaN or Inf (docs/errors.md).
-    A transformer kind names its own further options in `extra_options`; any other name
-    is an error that suggests the closest valid one."""
+    op's output as it runs and raises at the first NaN or Inf (docs/errors.md);
+    aggregate_transform_order=False keeps every aggregation and matrix product in the
+    order the model wrote them. A transformer kind names its own further options in
+    `extra_options`; any other name is an error that suggests the closest valid one."""
 
     name = None
     computation_class = Computation
     extra_options = ()
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
-                 max_recompute=16, check_finite=True, debug_nans=False, **options):
+                 max_recompute=16, check_finite=True, debug_nans=False,
+                 aggregate_transform_order=True, **options):
         valid = BASE_OPTIONS + tuple(self.extra_options)
         for key in options:
             if key not in valid:
@@ -343,6 +345,7 @@ class Transformer:
         self.recompute = recompute
         self.max_recompute = max_recompute
         self.check_finite = check_finite
+        self.aggregate_transform_order = aggregate_transform_order
         self.options = options
         self.computations = []
         self.variable_tensors = {}     # Variable -> DeviceTensor
@@ -352,11 +355,16 @@ class Transformer:
 
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
-        from ngnn.passes import CSE, OperationBatching, RecomputeDropout, SimplePrune
+        from ngnn.passes import (AggregateTransformOrder, CSE, FactorProducts,
+                                 OperationBatching, RecomputeDropout, SimplePrune)
         from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
         rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
-        # After CSE, which would merge the copies again.
+        if self.optimize and self.aggregate_transform_order:
+            rewrites.append(AggregateTransformOrder())     # ends with a CSE of its own
+        if self.optimize:
+            rewrites.append(FactorProducts())
+        # After every CSE, which would merge the copies again.
         recompute = [RecomputeDropout()] if self.recompute else []
         return [OperationBatching()] + rewrites + recompute + self.user_passes
 

@@ -1,12 +1,15 @@
 """Graph passes: one pass per module."""
+from .aggregate_transform_order import AggregateTransformOrder
 from .base import GraphPass, PeepholeGraphPass, visit
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
+from .factor_products import FactorProducts
 from .fusion import FusedGroup, Fusion
 from .kernel_planning import KernelGroup, KernelPlanning
 from .operation_batching import OperationBatching
 from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 
-__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching", "Fusion", "FusedGroup",
-           "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan", "RecomputeDropout"]
+__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching",
+           "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
+           "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan"]

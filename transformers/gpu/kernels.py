@@ -135,11 +135,8 @@ class GPUKernelGenerator(TypeDispatched):
     def edge_values(self, op, group):
         """An edge value of a fused group, from the group's loop over each vertex's edges."""
         params = self.params()
-        indptr, eids = self.csr(params, group.graph, group.at)
+        indptr, eids, hoisted, block = self.vertex_loop(params, group.graph, group.at)
         features = op.shape[1:]
-        hoisted = Block(params, indent="        ")
-        block = Block(params, hoisted, indent="            ")
-        block.loop = ("eid", group.graph, group.at, "vertex", hoisted)
         value = block.compute(op, ["eid"] + unravel("f", features))
         size = int(np.prod(features, dtype=np.int64))
         local = pow2_at_most(size, FEATURE_THREADS)
@@ -336,6 +333,15 @@ class GPUKernelGenerator(TypeDispatched):
         return self.kernel(op, "sparse_dot.j2", fields, params, (op.shape[0] * local,),
                            (local,))
 
+    def vertex_loop(self, params, graph, at):
+        """The CSR arrays, and the blocks before and inside a loop over a vertex's edges, of
+        the templates with one work-group per vertex (`vertex`, `eid`)."""
+        indptr, eids = self.csr(params, graph, at)
+        hoisted = Block(params, indent="        ")
+        block = Block(params, hoisted, indent="            ")
+        block.loop = ("eid", graph, at, "vertex", hoisted)
+        return indptr, eids, hoisted, block
+
     def csr(self, params, graph, at):
         if at == "dst":
             return params.graph_array(graph, "in_indptr"), params.graph_array(graph, "in_eids")
@@ -345,11 +351,8 @@ class GPUKernelGenerator(TypeDispatched):
     def generate(self, op):
         (x,) = op.args
         params = self.params()
-        indptr, eids = self.csr(params, op.graph, op.at)
+        indptr, eids, hoisted, block = self.vertex_loop(params, op.graph, op.at)
         features = x.shape[1:]
-        hoisted = Block(params, indent="        ")
-        block = Block(params, hoisted, indent="            ")
-        block.loop = ("eid", op.graph, op.at, "vertex", hoisted)
         acc = ctype(op.dtype)
         value = f"(({acc}){block.value(x, ['eid'] + unravel('f', features))})"
         if op.reduce in ("max", "min"):

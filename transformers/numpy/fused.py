@@ -6,6 +6,8 @@ index with the block's edge ends, aggregations and edge softmaxes are segment re
 over the block's (sorted) edges. The loop is over blocks of thousands of edges, never over
 single vertices or edges.
 """
+import numpy as np
+
 from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply
 
 DEFAULT_BLOCK_BYTES = 8 << 20     # edge intermediates of one block: a few MiB, near cache size
@@ -22,12 +24,6 @@ class BlockShape:
         return self.text
 
 
-def edge_rows(name):
-    """The block's rows of a stored edge tensor. np.take, not name[eids]: fancy indexing
-    of rows of a few floats is twenty times slower."""
-    return f"np.take({name}, eids, axis=0)"
-
-
 def per_head(weight_shape, value_shape):
     """Does an edge weight scale whole rows of heads of a gathered value? (E, H, 1) does for
     (E, H, F), and (E, 1) for (E, F)."""
@@ -35,6 +31,24 @@ def per_head(weight_shape, value_shape):
     while heads and heads[-1] == 1:
         heads.pop()
     return tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
+
+
+def csr_ordered_values(writers, plain_ops, results):
+    """The edge values that only fused groups read, each a whole row per edge: these are
+    stored in the in-CSR order of their graph (sorted by destination), so a
+    destination-parallel block reads and writes them as one contiguous slice, and only a
+    source-parallel one goes through a permutation. Everything else keeps edge-id order."""
+    outside = set(results) | {a for op in plain_ops for a in op.args}
+    ordered = set()
+    for writer in writers:
+        for op in writer.group.outputs:
+            if writer.is_edge_sized(op) and op not in outside and all(
+                    reader.group.graph is writer.group.graph and
+                    reader.rows_of(op, user) == "edges"
+                    for reader in writers for user in reader.group.ops
+                    if op in user.args and op not in reader.members):
+                ordered.add(op)
+    return ordered
 
 
 class FusedGroupWriter:
@@ -46,10 +60,12 @@ class FusedGroupWriter:
         self.block_bytes = block_bytes
         self.members = set(group.ops)
         self.E, self.N = group.graph.num_edges, group.graph.num_nodes
+        self.csr_ordered = set()      # edge values stored in in-CSR order (csr_ordered_values)
 
     def edge_block_limit(self):
-        """Edges per block so that one block's edge intermediates fit the byte budget."""
-        per_edge = sum(op.nbytes // max(self.E, 1) for op in self.group.ops
+        """Edges per block so that one block's edge intermediates, and the rows it reads of
+        stored edge values, fit the byte budget."""
+        per_edge = sum(op.nbytes // max(self.E, 1) for op in self.group.ops + self.group.inputs
                        if self.is_edge_sized(op))
         return max(1, self.block_bytes // max(per_edge, 1))
 
@@ -76,19 +92,25 @@ class FusedGroupWriter:
         end = "dst" if group.at == "dst" else "src"
         other = "src" if end == "dst" else "dst"
         csr = "in" if end == "dst" else "out"
+        self.products, skipped = self.sparse_products(other)
         lines = [f"def {group.name}({', '.join(params)}):",
                  f"    # {len(group.ops)} ops, {'destination' if end == 'dst' else 'source'}"
-                 f"-parallel over the {csr}-CSR; edge values live one block at a time",
-                 f"    for v0, v1, p0, p1 in K.blocks({g}, {end!r}, {self.edge_block_limit()}):",
-                 f"        eids = {g}.{csr}_eids[p0:p1]",
-                 f"        {other} = {g}.{csr}_{other}[p0:p1]",
-                 f"        seg = {g}.{csr}_indptr[v0:v1 + 1] - p0",
-                 f"        {end} = K.segment_ids(seg, v0)",
-                 "        n_e, n_v = p1 - p0, v1 - v0"]
-        self.products, skipped = self.sparse_products(other)
-        sources = {x for x, _ in self.products.values()}
-        lines[1:1] = [f"    {self.names[x]} = np.ascontiguousarray({self.names[x]})"
-                      for x in group.inputs if x in sources]
+                 f"-parallel over the {csr}-CSR; edge values live one block at a time"]
+        lines += [f"    {name} = {source}"
+                  for name, source in dict(self.product_source(x, w)
+                                           for x, w in self.products.values()).items()]
+        permuted = end == "src" and any(op in self.csr_ordered
+                                        for op in group.inputs + group.outputs)
+        if permuted:
+            lines.append(f"    in_csr = K.in_csr_positions({g})")
+        lines += [f"    for v0, v1, p0, p1 in K.blocks({g}, {end!r}, {self.edge_block_limit()}):",
+                  f"        eids = {g}.{csr}_eids[p0:p1]",
+                  f"        {other} = {g}.{csr}_{other}[p0:p1]",
+                  f"        seg = {g}.{csr}_indptr[v0:v1 + 1] - p0",
+                  f"        {end} = K.segment_ids(seg, v0)",
+                  "        n_e, n_v = p1 - p0, v1 - v0"]
+        if permuted:
+            lines.append("        in_pos = in_csr[p0:p1]   # this block's edges in the in-CSR")
         # Each dropout's keep bits, drawn for the whole tensor at C speed when the group
         # starts and gone when it ends: masks are regenerated by every group that uses them.
         # Dropouts of one mask (a forward dropout and the backward's) share the bits.
@@ -110,10 +132,36 @@ class FusedGroupWriter:
             if op not in skipped:
                 lines += ["        " + s for s in self.statements(op, local, end)]
         for op in group.outputs:
-            rows = "eids" if self.is_edge_sized(op) else "v0:v1"
             if not (isinstance(op, Aggregate) and op.at == end):
-                lines.append(f"        {self.names[op]}[{rows}] = {local[op]}")
+                lines.append(f"        {self.stored_rows(op)} = {local[op]}")
         return lines, f"{group.name}({', '.join(params)})"
+
+    def product_source(self, x, weight):
+        """(name, expression) of the gathered node tensor as a sparse product reads it:
+        contiguous rows, or one contiguous matrix per head when the weight scales heads
+        (K.gather_sum). Made once per call, before the blocks."""
+        heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+        if heads == 1:
+            return self.names[x], f"np.ascontiguousarray({self.names[x]})"
+        return f"{self.names[x]}_by_head", f"K.by_head({self.names[x]}, {heads})"
+
+    def stored_rows(self, op):
+        """The rows of a stored value that this block writes or reads whole."""
+        name = self.names[op]
+        if not self.is_edge_sized(op):
+            return f"{name}[v0:v1]"
+        if op not in self.csr_ordered:
+            return f"{name}[eids]"
+        return f"{name}[p0:p1]" if self.group.at == "dst" else f"{name}[in_pos]"
+
+    def edge_rows(self, op):
+        """The block's rows of a stored edge tensor: a slice where the tensor is in the
+        order of the group's CSR, else np.take (not name[eids]: fancy indexing of rows of a
+        few floats is twenty times slower)."""
+        name = self.names[op]
+        if op not in self.csr_ordered:
+            return f"np.take({name}, eids, axis=0)"
+        return f"{name}[p0:p1]" if self.group.at == "dst" else f"np.take({name}, in_pos, axis=0)"
 
     def sparse_products(self, other):
         """Sum/mean aggregations of `weight * gather(x)` (or of `gather(x)`) are run as sparse
@@ -161,7 +209,7 @@ class FusedGroupWriter:
             else:
                 how = self.rows_of(a, op)
                 full = self.names[a]
-                args.append({"all": full, "edges": edge_rows(full),
+                args.append({"all": full, "edges": self.edge_rows(a),
                              "vertices": f"{full}[v0:v1]"}[how])
         rows = "n_e" if op.scope == "e" else "n_v"
         shape = BlockShape(rows, op.shape)
@@ -174,10 +222,11 @@ class FusedGroupWriter:
             if op in self.products:
                 x, weight = self.products[op]
                 w = "None" if weight is None else \
-                    local.get(weight) or edge_rows(self.names[weight])
+                    local.get(weight) or self.edge_rows(weight)
                 other = "src" if end == "dst" else "dst"
                 return [f"{name} = {target}",
-                        f"K.gather_sum({self.names[x]}, {w}, {other}, seg, {op.reduce!r}, "
+                        f"K.gather_sum({self.product_source(x, weight)[0]}, {w}, {other}, "
+                        f"seg, {op.reduce!r}, "
                         f"out={name})"]
             return [f"{name} = {target}",
                     f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]

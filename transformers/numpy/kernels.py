@@ -241,30 +241,43 @@ def segment_reduce(values, seg, reduce, out):
     return out
 
 
+def by_head(x, heads):
+    """x of shape (N, heads, ...) as `heads` contiguous (N, F) matrices, the layout the
+    per-head products of gather_sum read."""
+    return np.ascontiguousarray(x.reshape(x.shape[0], heads, -1).transpose(1, 0, 2))
+
+
 def gather_sum(x, weight, cols, seg, reduce, out):
-    """out[v] = sum over the block's edges e of v of weight[e] * x[cols[e]], as one sparse
-    product (mean divides by the degree). A weight of shape (n_e, H, 1, ...) scales each of
-    H heads of x: row (v, h) of the product has one entry (u*H + h) per edge v <- u."""
+    """out[v] = sum over the block's edges e of v of weight[e] * x[cols[e]] (mean divides
+    by the degree): a sparse product over the block's CSR with the weights as its data, so
+    the gathered rows are never copied. A weight of shape (n_e, H, 1, ...) scales each of H
+    heads: then x is by_head(x, H), and each head is one product whose data is that head's
+    column of weights."""
     n_v, n_e = len(seg) - 1, len(cols)
     heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
-    degrees = np.diff(seg)
-    if weight is None:
-        indptr, indices, data = seg, cols, np.ones(n_e, dtype=out.dtype)
+    if heads == 1:
+        data = np.ones(n_e, out.dtype) if weight is None else weight.reshape(n_e)
+        csr_product((n_v, x.shape[0]), seg, cols, np.ascontiguousarray(data), x, out)
     else:
-        head = np.arange(heads)
-        vertex = np.repeat(np.arange(n_v), degrees)
-        start, degree = seg[:-1][vertex], degrees[vertex]
-        slot = (start * heads + (np.arange(n_e) - start))[:, None] + head * degree[:, None]
-        data = np.empty(n_e * heads, dtype=out.dtype)
-        indices = np.empty(n_e * heads, dtype=np.int64)
-        data[slot] = weight.reshape(n_e, heads)
-        indices[slot] = cols[:, None] * heads + head
-        indptr = np.append((seg[:-1, None] * heads + head * degrees[:, None]).ravel(),
-                           n_e * heads)
-    csr_product((n_v * heads, x.shape[0] * heads), indptr, indices, data, x, out)
+        weights = np.ascontiguousarray(weight.reshape(n_e, heads).T)
+        per_head = np.empty((heads, n_v, x.shape[2]), out.dtype)
+        for h in range(heads):
+            csr_product((n_v, x.shape[1]), seg, cols, weights[h], x[h], per_head[h])
+        np.copyto(out.reshape(n_v, heads, -1), per_head.transpose(1, 0, 2))
     if reduce == "mean":
-        out /= np.maximum(degrees, 1).reshape((-1,) + (1,) * (out.ndim - 1))
+        out /= np.maximum(np.diff(seg), 1).reshape((-1,) + (1,) * (out.ndim - 1))
     return out
+
+
+def in_csr_positions(graph):
+    """For each edge in out-CSR order, its position in the in-CSR order: how a
+    source-parallel block finds its rows of a value stored in in-CSR order."""
+    cache = graph.__dict__.setdefault("_ngnn_in_csr_positions", {})
+    if not cache:
+        position = np.empty(graph.num_edges, dtype=np.int64)
+        position[graph.in_eids] = np.arange(graph.num_edges)
+        cache["out"] = position[graph.out_eids]
+    return cache["out"]
 
 
 def segment_softmax(values, seg):

@@ -17,7 +17,7 @@ from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Sl
 
 from ..base import DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
 from .codegen import NumPyCodeGenerator, literal
-from .fused import DEFAULT_BLOCK_BYTES, FusedGroupWriter
+from .fused import DEFAULT_BLOCK_BYTES, FusedGroupWriter, csr_ordered_values
 
 VIEW_OPS = (Reshape, Transpose, Broadcast, Slice)
 
@@ -135,7 +135,18 @@ class ModuleWriter:
 
     def render(self):
         for step in self.comp.steps:
+            for op in step.ops if isinstance(step, FusedGroup) else [step]:
+                self.name_of(op)
+        self.writers = {step: FusedGroupWriter(step, self.names, self.codegen, self.ref,
+                                               self.block_bytes)
+                        for step in self.comp.steps if isinstance(step, FusedGroup)}
+        csr_ordered = csr_ordered_values(
+            self.writers.values(),
+            [step for step in self.comp.steps if not isinstance(step, FusedGroup)],
+            self.comp.results)
+        for step in self.comp.steps:
             if isinstance(step, FusedGroup):
+                self.writers[step].csr_ordered = csr_ordered
                 self.emit_group(step)
             else:
                 self.emit(step)
@@ -157,14 +168,10 @@ class ModuleWriter:
         return "\n".join(lines)
 
     def emit_group(self, group):
-        for op in group.ops:
-            self.name_of(op)
         for op in group.outputs:
             self.bind_lines.append(f"{self.name_of(op)} = K.view(buffers[{self.plan.slots[op]}], "
                                    f"{op.shape}, np.{op.dtype.name})")
-        writer = FusedGroupWriter(group, self.names, self.codegen, self.ref,
-                                  self.block_bytes)
-        function, call = writer.function()
+        function, call = self.writers[group].function()
         self.bind_lines += [""] + function
         self.body.append(call)
 
