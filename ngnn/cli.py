@@ -293,6 +293,51 @@ def cmd_bench(args):
     return 0
 
 
+def cmd_calibrate(args):
+    from ngnn import simulate
+    start = time.perf_counter()
+    topology, path = simulate.calibrate(args.out, quick=args.quick)
+    device = topology.device()
+    print(f"calibrated in {time.perf_counter() - start:.1f} s: matrix product "
+          f"{device.flops / 1e9:.1f} GFLOP/s, element-wise {device.memory_bandwidth / 1e9:.1f} "
+          f"GB/s, gather {device.gather_bandwidth / 1e9:.1f} GB/s, sparse product "
+          f"{device.spmm_rate / 1e9:.2f} G/s, segment max {device.segment_rate / 1e9:.2f} G/s, "
+          f"call {1e6 * device.call_overhead:.2f} us")
+    print(f"profile written to {path}")
+    return 0
+
+
+def cmd_simulate(args):
+    """Predicts what `ngnn bench` measures: a training step, and an epoch (the step plus
+    the evaluation), on the NumPy transformer."""
+    from ngnn import simulate
+    from ngnn import transformers as ngt
+    path = args.topology or simulate.default_profile_path()
+    if args.topology is None and not os.path.exists(path):
+        raise ValueError(f"no profile at {path}: run `ngnn calibrate` first, or pass "
+                         "--topology FILE")
+    topology = simulate.Topology.load(path)
+    data = load_dataset(args)
+    print(data.summary())
+    args.backend = "numpy"
+    trainer = make_trainer(args, data, args.seed,
+                           transformer=ngt.make_transformer("numpy", fusion=not args.unfused))
+    try:
+        step = simulate.predict(trainer.train_step, topology)
+        evaluation = simulate.predict(trainer.evaluate_logits, topology)
+    finally:
+        trainer.transformer.close()
+    label = "numpy" if not args.unfused else "numpy, no fusion"
+    unvalidated = "" if topology.validated else ", unvalidated profile"
+    per_epoch = step.step_time + evaluation.step_time
+    print(f"{args.model} on {data.name}, {label}, predicted on {topology.name}{unvalidated}: "
+          f"{1000 * per_epoch:.1f} ms/epoch (training step {1000 * step.step_time:.1f} ms), "
+          f"peak intermediate memory {step.peak_bytes / 2 ** 20:.1f} MiB")
+    if args.trace:
+        print(f"predicted timeline written to {step.write_trace(args.trace)}")
+    return 0
+
+
 # ---- argument parsing --------------------------------------------------------------------
 # Every numeric option is checked as it is parsed, so a bad value is an argparse error
 # naming the option (NaN and infinities included), never a traceback later.
@@ -450,6 +495,24 @@ def make_parser():
     part.add_argument("--policy", choices=("oec", "iec", "cvc", "metis"), default="cvc")
     part.add_argument("--out", required=True, metavar="FOLDER")
     part.set_defaults(func=cmd_partition)
+
+    calibrate = sub.add_parser("calibrate", help="measure this machine for `ngnn simulate` "
+                               "(about 30 s)")
+    calibrate.add_argument("--out", metavar="FILE", help="where to write the profile "
+                           "(default: profile.json under NGNN_CACHE_DIR or ~/.cache/ngnn)")
+    calibrate.add_argument("--quick", action="store_true", help="small sizes: a rough "
+                           "profile in about a second")
+    calibrate.set_defaults(func=cmd_calibrate)
+
+    simulate = sub.add_parser("simulate", help="predict what `ngnn bench` measures, "
+                              "without training")
+    _add_model_options(simulate, datasets)
+    simulate.add_argument("--topology", metavar="FILE", help="a topology or profile (JSON; "
+                          "default: the one `ngnn calibrate` wrote)")
+    simulate.add_argument("--unfused", action="store_true", help="predict with fusion off")
+    simulate.add_argument("--trace", metavar="FILE", help="write the training step's "
+                          "predicted timeline as a Chrome trace (JSON)")
+    simulate.set_defaults(func=cmd_simulate)
     return parser
 
 

@@ -1,0 +1,84 @@
+"""Calibration: measures this machine's rates for the cost model and writes a profile.
+
+Each rate is the best of a few timed repetitions of the primitive the NumPy transformer
+runs (the best, because other processes on a shared machine only ever slow a run down):
+a tall, thin matrix product as in a GNN layer (flop/s), an element-wise add (bytes/s),
+np.take of random rows (bytes/s), a SciPy CSR-dense product (multiply-adds/s), a segment
+maximum by np.maximum.reduceat (elements/s), and a call on tiny arrays (seconds per call).
+`quick=True` uses small sizes, for tests. Communication is not measured: the profile's
+link is the loopback figures of a shared-memory MPI on one machine, marked as such."""
+import os
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from .topology import Device, Link, Topology
+
+
+def default_profile_path():
+    """Where `ngnn calibrate` writes and `ngnn simulate` reads: under NGNN_CACHE_DIR, else
+    ~/.cache/ngnn."""
+    root = os.environ.get("NGNN_CACHE_DIR") or os.path.join(os.path.expanduser("~"),
+                                                            ".cache", "ngnn")
+    return os.path.join(root, "profile.json")
+
+
+def _best(run, repeats):
+    run()                      # warm caches and allocations
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return max(best, 1e-9)
+
+
+def measure(quick=False, seed=0):
+    """{rate name: value} for this machine."""
+    rng = np.random.default_rng(seed)
+    rows, width = (20000, 32) if quick else (200000, 64)
+    edges = 10 * rows
+    repeats = 3 if quick else 7
+    a = rng.standard_normal((rows, width), dtype=np.float32)
+    w = rng.standard_normal((width, width), dtype=np.float32)
+    out = np.empty_like(a)
+    flops = 2 * rows * width * width / _best(lambda: np.dot(a, w, out=out), repeats)
+    bandwidth = 3 * a.nbytes / _best(lambda: np.add(a, a, out=out), repeats)
+    index = rng.integers(0, rows, edges)
+    gathered = np.empty((edges, width), np.float32)
+    gather = 2 * gathered.nbytes / _best(lambda: np.take(a, index, axis=0, out=gathered),
+                                         repeats)
+    dst = np.sort(rng.integers(0, rows, edges))
+    incidence = sp.csr_matrix((np.ones(edges, np.float32), (dst, np.arange(edges))),
+                              shape=(rows, edges))
+    spmm = edges * width / _best(lambda: incidence @ gathered, repeats)
+    starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
+    segment = edges * width / _best(lambda: np.maximum.reduceat(gathered, starts, axis=0),
+                                    repeats)
+    tiny = np.ones(4, np.float32)
+    tiny_out = np.empty_like(tiny)
+    calls = 1000
+
+    def many_calls():
+        for _ in range(calls):
+            np.add(tiny, tiny, out=tiny_out)
+    overhead = _best(many_calls, repeats) / calls
+    return {"flops": flops, "memory_bandwidth": bandwidth, "gather_bandwidth": gather,
+            "spmm_rate": spmm, "segment_rate": segment, "call_overhead": overhead}
+
+
+def calibrate(path=None, quick=False):
+    """Measures this machine and writes its profile to `path` (default
+    `default_profile_path()`) atomically; returns (topology, path)."""
+    rates = measure(quick)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    device = Device("cpu", memory_bytes=memory, name="this machine", **rates)
+    # Shared-memory MPI on one machine: latency and bandwidth of a memory copy.
+    link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2)
+    topology = Topology([device], [link], name="calibrated here" + (" (quick)" if quick
+                                                                    else ""))
+    path = path or default_profile_path()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    topology.save(path)
+    return topology, path
