@@ -5,16 +5,17 @@ Dense ops: a roofline, max(flops / throughput, bytes / bandwidth). Graph ops: th
 primitives the transformers lower them to, each at its calibrated rate: a gather reads and
 writes one row per edge (`gather_bandwidth`); a sum or mean aggregation is a sparse-dense
 product with one multiply-add per edge and feature (`spmm_rate`); a max or min one a
-segment reduction (`segment_rate`); an edge softmax is a segment max, a gather of it, the
+segment reduction (`segment_rate`); a dropout draws a random number per
+element (`dropout_rate`); an edge softmax is a segment max, a gather of it, the
 element-wise exp and shift, a segment sum, a gather of the sums and a divide. A fused
 group or kernel group is one call that does its members' work. Communication: the alpha-beta
 model over the link to each peer. Every step pays the device's per-call overhead once.
 """
 import numpy as np
 
-from ..op_graph import (Aggregate, AllReduce, Assign, Constant, Dot, EdgeSoftmax, Gather,
-                        MasterBroadcast, MirrorReduce, Placeholder, SparseDot,
-                        SparseTransposedDot, Variable)
+from ..op_graph import (Aggregate, AllReduce, Assign, Constant, Dot, Dropout, EdgeSoftmax,
+                        Gather, MasterBroadcast, MirrorReduce, Placeholder, SparseDot,
+                        SparseDropout, SparseTransposedDot, Variable)
 
 LEAVES = (Placeholder, Variable, Constant)
 
@@ -78,6 +79,8 @@ def work(op, device, topology, rank=0, views=()):
         return sparse_product(op, device)
     if isinstance(op, Dot):
         return dense_product(op, device)
+    if isinstance(op, (Dropout, SparseDropout)):
+        return dropout(op, device)
     if isinstance(op, Assign):
         moved = 2 * nbytes(op.args[-1])
         return Cost(moved / device.memory_bandwidth, 0, moved)
@@ -92,6 +95,14 @@ def dense_product(op, device):
     flops = 2 * size(op) * inner
     moved = nbytes(a) + nbytes(b) + nbytes(op)
     return Cost(max(flops / device.flops, moved / device.memory_bandwidth), flops, moved)
+
+
+def dropout(op, device):
+    """A random draw per element (per stored value of a sparse tensor, bounded by its
+    dense size), then a masked scale."""
+    draws = size(op)
+    moved = 2 * nbytes(op)
+    return Cost(draws / device.dropout_rate + moved / device.memory_bandwidth, draws, moved)
 
 
 def sparse_product(op, device):

@@ -14,7 +14,7 @@ import os
 from ..files import write_atomically
 
 DEVICE_FIELDS = ("flops", "memory_bandwidth", "memory_bytes", "call_overhead")
-GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate")
+GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate")
 LINK_FIELDS = ("latency", "bandwidth")
 
 
@@ -30,10 +30,12 @@ class Device:
     """`flops` (flop/s), `memory_bandwidth` (bytes/s), `memory_bytes`, `call_overhead`
     (seconds per op call). The graph rates default to the memory bandwidth (bytes/s of
     indexed rows) and to a bandwidth-bound product (multiply-adds/s, one 4-byte row read
-    each) when no calibration measured them."""
+    each) when no calibration measured them; `dropout_rate` (elements/s of counter-based
+    random masks) to one element per 4 bytes of bandwidth."""
 
     def __init__(self, kind, flops, memory_bandwidth, memory_bytes, call_overhead,
-                 gather_bandwidth=None, spmm_rate=None, segment_rate=None, name=None):
+                 gather_bandwidth=None, spmm_rate=None, segment_rate=None,
+                 dropout_rate=None, name=None):
         where = f"device {name or kind!r}"
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"topology: {where}: kind must be a non-empty string")
@@ -49,6 +51,8 @@ class Device:
             if spmm_rate is not None else bound
         self.segment_rate = _positive(where, "segment_rate", segment_rate) \
             if segment_rate is not None else bound
+        self.dropout_rate = _positive(where, "dropout_rate", dropout_rate) \
+            if dropout_rate is not None else bound
 
     def to_dict(self):
         return {"name": self.name, "kind": self.kind,
