@@ -8,7 +8,8 @@ product with one multiply-add per edge and feature (`spmm_rate`); a max or min o
 segment reduction (`segment_rate`); a dropout draws a random number per
 element (`dropout_rate`); an edge softmax is a segment max, a gather of it, the
 element-wise exp and shift, a segment sum, a gather of the sums and a divide. A fused
-group or kernel group is one call that does its members' work. Communication: the alpha-beta
+group or kernel group is one call that does its members' work (on the NumPy transformer,
+less the gathers its sparse products read in place). Communication: the alpha-beta
 model over the link to each peer. Every step pays the device's per-call overhead once.
 """
 import numpy as np
@@ -57,12 +58,26 @@ def step_cost(step, device, topology, rank=0, views=()):
     if is_group(step):
         cost = Cost(kind="fused")
         for op in step.ops:
-            cost = cost + work(op, device, topology, rank, views)
+            if op not in folded_into_products(step, device):
+                cost = cost + work(op, device, topology, rank, views)
         cost.kind = "fused"
     else:
         cost = work(step, device, topology, rank, views)
     cost.seconds += device.call_overhead
     return cost
+
+
+def folded_into_products(step, device):
+    """Ops of a fused group that the NumPy transformer never runs on its own: a sum of
+    gathered rows (times an edge weight) is one sparse product, priced as the aggregation,
+    so the gather and the multiply it reads cost nothing more. Asked of the transformer's
+    own writer, so the prediction follows the plan that runs."""
+    from ..passes.fusion import FusedGroup
+    if device.kind != "cpu" or not isinstance(step, FusedGroup):
+        return set()
+    from ..transformers.numpy.fused import FusedGroupWriter
+    writer = FusedGroupWriter(step, {}, None, lambda kind, graph: kind)
+    return writer.sparse_products("src" if step.at == "dst" else "dst")[1]
 
 
 def work(op, device, topology, rank=0, views=()):
