@@ -1,14 +1,15 @@
 """Calibration: measures this machine's rates for the cost model and writes a profile.
 
 Each rate is the best of a few timed repetitions of the primitive the NumPy transformer
-runs (the best, because other processes on a shared machine only ever slow a run down:
-it is the figure of this machine alone, and benchmarks/bench_simulate.py compares it with
-the fastest of the measured steps): the tall, thin matrix products of a GNN layer, forward and weight gradient
-(flop/s), an element-wise add (bytes/s), a Philox dropout (elements/s),
-np.take of random rows (bytes/s), a SciPy CSR-dense product (multiply-adds/s), a segment
-maximum by np.maximum.reduceat (elements/s), and a call on tiny arrays (seconds per call).
+runs (the best, because other processes on a shared machine only ever slow a run down, so
+it is the figure of this machine alone; benchmarks/bench_simulate.py compares it with the
+fastest measured step): the tall, thin matrix products of a GNN layer, forward and weight
+gradient (flop/s), an element-wise add (bytes/s), a Philox dropout (elements/s), np.take of
+random rows (bytes/s), a SciPy CSR-dense product (multiply-adds/s), a segment maximum by
+np.maximum.reduceat (elements/s), and a NumPy transformer program on tiny tensors
+(seconds per step).
 `quick=True` uses small sizes, for tests. Communication is not measured: the profile's
-link is the loopback figures of a shared-memory MPI on one machine, marked as such."""
+link is an estimate for shared-memory MPI on one machine (see `calibrate`)."""
 import os
 import time
 
@@ -62,17 +63,32 @@ def measure(quick=False, seed=0):
     segment = edges * width / _best(lambda: np.maximum.reduceat(gathered, starts, axis=0),
                                     repeats)
     dropout = a.size / _best(lambda: philox.dropout(a, seed, 0, 0.5, out), repeats)
-    tiny = np.ones(4, np.float32)
-    tiny_out = np.empty_like(tiny)
-    calls = 1000
-
-    def many_calls():
-        for _ in range(calls):
-            np.add(tiny, tiny, out=tiny_out)
-    overhead = _best(many_calls, repeats) / calls
+    overhead = call_overhead(repeats)
     return {"flops": flops, "memory_bandwidth": bandwidth, "gather_bandwidth": gather,
             "spmm_rate": spmm, "segment_rate": segment, "dropout_rate": dropout,
             "call_overhead": overhead}
+
+
+def call_overhead(repeats, length=200):
+    """Seconds per step of a NumPy transformer program on tiny tensors: a chain of
+    element-wise ops compiled by the transformer, timed per call and divided by its steps
+    (so the call's own fixed cost is spread over them)."""
+    import ngnn as ng
+    from ngnn import transformers as ngt
+    from .cost import LEAVES
+    transformer = ngt.make_transformer("numpy")
+    try:
+        x = ng.placeholder((4,), np.float32)
+        y = x
+        for i in range(length):
+            y = ng.exp(-y) if i % 2 else y * 0.5
+        comp = transformer.computation(y, x)
+        comp.transform()
+        steps = sum(1 for step in comp.steps if not isinstance(step, LEAVES))
+        feed = np.ones(4, np.float32)
+        return _best(lambda: comp(feed), repeats) / steps
+    finally:
+        transformer.close()
 
 
 def calibrate(path=None, quick=False):

@@ -17,6 +17,7 @@ import numpy as np
 from ..op_graph import (Aggregate, AllReduce, Assign, Constant, Dot, Dropout, EdgeSoftmax,
                         Gather, MasterBroadcast, MirrorReduce, Placeholder, SparseDot,
                         SparseDropout, SparseTransposedDot, Variable)
+from ..passes.buffer_sharing import is_group
 
 LEAVES = (Placeholder, Variable, Constant)
 
@@ -47,10 +48,6 @@ def nbytes(op):
 def row_elements(op):
     """Elements per row of a node or edge tensor (features times heads)."""
     return int(np.prod(op.shape[1:], dtype=np.int64))
-
-
-def is_group(step):
-    return not hasattr(step, "args")
 
 
 def step_cost(step, device, topology, rank=0, views=()):
@@ -148,7 +145,7 @@ def graph_work(op, device):
         seconds = touched / rate + out / device.memory_bandwidth
         if op.reduce not in ("sum", "mean"):
             seconds += 2 * touched * item / device.gather_bandwidth   # x[eids] first
-        return Cost(seconds, touched, moved + index, kind="graph")
+        return Cost(seconds, touched, moved, kind="graph")
     # EdgeSoftmax: segment max, shift, exp, segment sum, divide over edges x width.
     touched = edges * width
     edge_bytes = touched * item
