@@ -118,11 +118,11 @@ def plan_kernels(steps, ops, results, inline=True):
             kernel_of[op] = next(iter(homes))
             computed_by[op] = homes
             continue
-        # Class ids a one-hot reads are stored: the executor range-checks them.
-        labels = any(isinstance(r, OneHot) for r in users[op])
+        # Stored, never inlined: class ids a one-hot reads (the executor range-checks
+        # them) and values communication reads (it runs on the host).
+        must_store = any(isinstance(r, (OneHot, Communication)) for r in users[op])
         if inline and op not in results and len(homes) == 1 and isinstance(op, INLINE_OPS) \
-                and all(r in computed_by and not isinstance(r, Communication)
-                        for r in users[op]) and not labels:   # communication runs on the host
+                and all(r in computed_by for r in users[op]) and not must_store:
             (home,) = homes
             home.inlined.add(op)
             kernel_of[op] = home
