@@ -1,9 +1,12 @@
-"""FactorProducts turns sums of products that share an operand into one product."""
+"""FactorProducts turns sums of products that share an operand into one product. It is not
+in the default pipeline (it lengthens the lives of the summed gradients, see
+docs/performance.md): users add it with `passes=[FactorProducts()]`."""
 import numpy as np
 import pytest
 
 import ngnn as ng
 from ngnn import nn
+from ngnn.passes import FactorProducts
 
 from test_fusion import random_graph
 
@@ -24,7 +27,7 @@ def test_results_are_preserved(transformer_factory, seed):
     av = rng.normal(size=(n, k)).astype(np.float32)
     outputs = []
     for optimize in (True, False):
-        t = transformer_factory(optimize=optimize)
+        t = transformer_factory(optimize=optimize, passes=[FactorProducts()] if optimize else [])
         comp = t.computation([left, right], a)
         outputs.append(comp(av))
         if optimize:
@@ -37,7 +40,7 @@ def test_a_product_read_elsewhere_is_left_alone():
     a = ng.placeholder((3, 4), name="a")
     b, c = ng.constant(np.ones((4, 2), np.float32)), ng.constant(np.eye(4, 2, dtype=np.float32))
     p = ng.dot(a, b)
-    with ng.transformers.make_transformer("numpy") as t:
+    with ng.transformers.make_transformer("numpy", passes=[FactorProducts()]) as t:
         comp = t.computation([p + ng.dot(a, c), p], a)
         comp(np.ones((3, 4), np.float32))
         assert dots_after(comp, "FactorProducts") == 2
@@ -51,7 +54,7 @@ def test_gat_weight_gradient_is_one_product():
     x = ng.placeholder((g.num_nodes, 6), name="x")
     loss = ng.sum(layer(g, x))
     (grad_fc,) = ng.grad(loss, [layer.fc])
-    with ng.transformers.make_transformer("numpy") as t:
+    with ng.transformers.make_transformer("numpy", passes=[FactorProducts()]) as t:
         comp = t.computation(grad_fc, x)
         comp(np.ones(x.shape, np.float32))
         assert dots_after(comp, "CSE") == 3 and dots_after(comp, "FactorProducts") == 2

@@ -355,15 +355,13 @@ class Transformer:
 
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
-        from ngnn.passes import (AggregateTransformOrder, CSE, FactorProducts,
-                                 OperationBatching, RecomputeDropout, SimplePrune)
+        from ngnn.passes import (AggregateTransformOrder, CSE, OperationBatching,
+                                 RecomputeDropout, SimplePrune)
         from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
         rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
         if self.optimize and self.aggregate_transform_order:
             rewrites.append(AggregateTransformOrder())     # ends with a CSE of its own
-        if self.optimize:
-            rewrites.append(FactorProducts())
         # After every CSE, which would merge the copies again.
         recompute = [RecomputeDropout()] if self.recompute else []
         return [OperationBatching()] + rewrites + recompute + self.user_passes
