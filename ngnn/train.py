@@ -106,6 +106,7 @@ class Trainer:
                  eval_fanouts=None):
         self.model = model
         self.data = data
+        self.graph = data.graph          # the graph the model runs over
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
@@ -156,7 +157,7 @@ class Trainer:
             self.features = features.toarray() if scipy.sparse.issparse(features) else \
                 np.asarray(features, dtype=np.float32)
         try:
-            logits = self.model(self.data.graph, self.x, training=True)
+            logits = self.model(self.graph, self.x, training=True)
             lower_zoom_outs([logits])       # vertex-centric code meets the input here
             return logits
         except SparseInputError:

@@ -10,13 +10,12 @@ process seeds them, validation and test metrics are summed over ranks, so every 
 follows the single-process run, epoch by epoch.
 """
 import numpy as np
-import scipy.sparse
 
 import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, SparseInputError, Sum
+from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, Sum
 from ngnn.train import Trainer, normalize_features, seed_dropout, use_sparse
 
 from .exchange import Exchange, world
@@ -77,24 +76,6 @@ class DistributedTrainer(Trainer):
         self.evaluate_logits = self.transformer.computation(self.logits, self.x,
                                                             name="evaluate")
         self.history = []
-
-    def _feed(self, features, sparse):
-        """Trainer._feed over this rank's graph."""
-        self.sparse = sparse
-        self.x = ng.placeholder(features.shape, name="features", sparse=sparse)
-        if sparse:
-            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
-        else:
-            self.features = features.toarray() if scipy.sparse.issparse(features) else \
-                np.asarray(features, dtype=np.float32)
-        try:
-            logits = self.model(self.graph, self.x, training=True)
-            lower_zoom_outs([logits])
-            return logits
-        except SparseInputError:
-            if not sparse:
-                raise
-            return None
 
     def master_loss(self, logits):
         """This rank's share of ng.cross_entropy(logits, labels, train_mask) of the whole

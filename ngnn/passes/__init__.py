@@ -1,6 +1,6 @@
 """Graph passes: one pass per module."""
 from .aggregate_transform_order import AggregateTransformOrder
-from .base import GraphPass, PeepholeGraphPass, visit
+from .base import GraphPass, PeepholeGraphPass, RewritePass, visit
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
 from .factor_products import FactorProducts
@@ -10,6 +10,6 @@ from .operation_batching import OperationBatching
 from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 
-__all__ = ["GraphPass", "PeepholeGraphPass", "visit", "SimplePrune", "CSE", "OperationBatching",
+__all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
            "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan"]

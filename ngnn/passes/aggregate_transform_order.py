@@ -19,19 +19,15 @@ The chain is matched only where each of its values has no other reader, so the r
 never computes a value twice.
 """
 from ..op_graph import Aggregate, Divide, Dot, Gather, Multiply, Transpose, ordered_ops
-from .base import GraphPass
+from .base import RewritePass
 from .cse import CSE
 
 SCALES = (Multiply, Divide)
 
 
-class AggregateTransformOrder(GraphPass):
-    max_rounds = 20
-
+class AggregateTransformOrder(RewritePass):
     def do_pass(self, computation):
-        for _ in range(self.max_rounds):
-            if not self.rewrite_one(computation):
-                break
+        super().do_pass(computation)
         CSE().do_pass(computation)      # a transposed chain may repeat one that exists
 
     def rewrite_one(self, computation):

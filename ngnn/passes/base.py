@@ -21,6 +21,21 @@ class GraphPass:
         return type(self).__name__
 
 
+class RewritePass(GraphPass):
+    """Applies `rewrite_one(computation)`, one rewrite of the graph or False when there is
+    none left, at most `max_rounds` times."""
+
+    max_rounds = 20
+
+    def do_pass(self, computation):
+        for _ in range(self.max_rounds):
+            if not self.rewrite_one(computation):
+                return
+
+    def rewrite_one(self, computation):
+        raise TypeError(f"{type(self).__name__} must implement rewrite_one(computation)")
+
+
 visit = on_type
 
 

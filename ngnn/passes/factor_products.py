@@ -7,18 +7,11 @@ same holds with the shared operand on the right. A product is factored only wher
 sum is its one reader, so nothing is computed twice.
 """
 from ..op_graph import Add, Dot, ordered_ops
-from .base import GraphPass
+from .base import RewritePass
 
 
-class FactorProducts(GraphPass):
-    max_rounds = 20
-
-    def do_pass(self, computation):
-        for _ in range(self.max_rounds):
-            if not self.factor_one(computation):
-                return
-
-    def factor_one(self, computation):
+class FactorProducts(RewritePass):
+    def rewrite_one(self, computation):
         ops = ordered_ops(computation.results)
         readers = {}
         for op in ops:
