@@ -59,7 +59,9 @@ def load_dataset(args):
     return datasets.load(args.dataset)
 
 
-def make_trainer(args, data, seed, transformer=None):
+def make_trainer(args, data, seed, transformer=None, comm=None):
+    """The Trainer the command line builds; with `args.part` set, the DistributedTrainer of
+    that part (over `comm`, default MPI's world)."""
     from ngnn import optim
     from ngnn.train import Trainer
     from ngnn import transformers as ngt
@@ -72,7 +74,7 @@ def make_trainer(args, data, seed, transformer=None):
         return DistributedTrainer(model, data, args.part, optimizer, backend=args.backend,
                                   seed=seed, normalize=args.normalize_features,
                                   transformer=transformer,
-                                  sparse=SPARSE_CHOICES[args.sparse_features])
+                                  sparse=SPARSE_CHOICES[args.sparse_features], comm=comm)
     minibatch = {key: getattr(args, key, None)
                  for key in ("batch_size", "fanouts", "eval_fanouts")}
     return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
@@ -296,46 +298,110 @@ def cmd_bench(args):
 def cmd_calibrate(args):
     from ngnn import simulate
     start = time.perf_counter()
-    topology, path = simulate.calibrate(args.out, quick=args.quick)
-    device = topology.device()
+    topology, path, notes = simulate.calibrate(args.out, quick=args.quick, mpi=not args.no_mpi)
+    device, link = topology.device(), topology.link()
     print(f"calibrated in {time.perf_counter() - start:.1f} s: matrix product "
           f"{device.flops / 1e9:.1f} GFLOP/s, element-wise {device.memory_bandwidth / 1e9:.1f} "
-          f"GB/s, gather {device.gather_bandwidth / 1e9:.1f} GB/s, sparse product "
-          f"{device.spmm_rate / 1e9:.2f} G/s, segment max {device.segment_rate / 1e9:.2f} G/s, "
-          f"call {1e6 * device.call_overhead:.2f} us")
+          f"GB/s, exp {device.transcendental_rate / 1e9:.2f} G/s, dropout "
+          f"{device.dropout_rate / 1e9:.2f} G/s, call {1e6 * device.call_overhead:.2f} us")
+    for name, curve in sorted(device.curves.items()):
+        figures = ", ".join(f"{1e9 * seconds:.1f}" for seconds in curve.seconds[0])
+        print(f"  {name}: ns per item at widths {', '.join(map(str, map(int, curve.widths)))}"
+              f" ({int(curve.rows[0])} rows): {figures}")
+    for note in notes:
+        print(f"  {note}")
+    if not notes:
+        print(f"  MPI, 2 ranks: latency {1e6 * link.latency:.1f} us, bandwidth "
+              f"{link.bandwidth / 1e9:.2f} GB/s, all-reduce {1e6 * link.allreduce_latency:.1f} us"
+              f" + {link.allreduce_bandwidth / 1e9:.2f} GB/s, 2 ranks compute "
+              f"{link.contention:.2f}x slower side by side")
     print(f"profile written to {path}")
     return 0
 
 
+def load_topology(name):
+    """A topology from FILE, a preset's name, or (None) the calibrated profile."""
+    from ngnn import simulate
+    if name in simulate.topology.PRESETS:
+        return simulate.preset(name)
+    path = name or simulate.default_profile_path()
+    if name is None and not os.path.exists(path):
+        raise ValueError(f"no profile at {path}: run `ngnn calibrate` first, or pass "
+                         "--topology FILE (or a preset: "
+                         f"{', '.join(simulate.topology.PRESETS)})")
+    return simulate.Topology.load(path)
+
+
 def cmd_simulate(args):
     """Predicts what `ngnn bench` measures: a training step, and an epoch (the step plus
-    the evaluation), on the NumPy transformer."""
+    the evaluation), on the NumPy transformer; over ranks with --parts. Several --parts,
+    --partition or --topology values: every combination, ranked by predicted step."""
     from ngnn import simulate
     from ngnn import transformers as ngt
-    path = args.topology or simulate.default_profile_path()
-    if args.topology is None and not os.path.exists(path):
-        raise ValueError(f"no profile at {path}: run `ngnn calibrate` first, or pass "
-                         "--topology FILE")
-    topology = simulate.Topology.load(path)
+    topologies = [load_topology(name) for name in (args.topology or [None])]
     data = load_dataset(args)
     print(data.summary())
     args.backend = "numpy"
-    trainer = make_trainer(args, data, args.seed,
-                           transformer=ngt.make_transformer("numpy", fusion=not args.unfused))
-    try:
-        step = simulate.predict(trainer.train_step, topology)
-        evaluation = simulate.predict(trainer.evaluate_logits, topology)
-    finally:
-        trainer.transformer.close()
+
+    def build(part, comm):
+        args.part = part
+        return make_trainer(args, data, args.seed, comm=comm,
+                            transformer=ngt.make_transformer("numpy",
+                                                             fusion=not args.unfused))
+
+    layouts = list(dict.fromkeys((parts, policy if parts > 1 else None)
+                                 for parts in args.parts for policy in args.policies))
     label = "numpy" if not args.unfused else "numpy, no fusion"
-    unvalidated = "" if topology.validated else ", unvalidated profile"
-    per_epoch = step.step_time + evaluation.step_time
-    print(f"{args.model} on {data.name}, {label}, predicted on {topology.name}{unvalidated}: "
-          f"{1000 * per_epoch:.1f} ms/epoch (training step {1000 * step.step_time:.1f} ms), "
-          f"peak intermediate memory {step.peak_bytes / 2 ** 20:.1f} MiB")
+    predictions = []
+    for parts, policy in layouts:
+        trainers = simulate.build_trainers(build, data, parts, policy)
+        try:
+            for topology in topologies:
+                prediction = simulate.predict_training(build, data, topology, parts, policy,
+                                                       trainers=trainers)
+                predictions.append(prediction)
+                print(prediction_line(args.model, data.name, label, prediction))
+        finally:
+            for trainer in trainers[0]:
+                trainer.transformer.close()
     if args.trace:
-        print(f"predicted timeline written to {step.write_trace(args.trace)}")
+        print(f"predicted timeline written to {predictions[0].write_trace(args.trace)}")
+    if len(predictions) > 1:
+        print(ranking_table(predictions))
     return 0
+
+
+def prediction_line(model, dataset, label, prediction):
+    """The line `ngnn bench` prints, with predicted figures."""
+    topology = prediction.topology
+    unvalidated = "" if topology.validated else ", unvalidated profile"
+    where = "" if prediction.parts == 1 else f", {prediction.parts} ranks ({prediction.policy})"
+    peak = max(prediction.peak_bytes)
+    line = (f"{model} on {dataset}, {label}{where}, predicted on {topology.name}{unvalidated}: "
+            f"{1000 * prediction.epoch_time:.1f} ms/epoch (training step "
+            f"{1000 * prediction.step_time:.1f} ms), peak intermediate memory "
+            f"{peak / 2 ** 20:.1f} MiB{' per rank (largest)' if prediction.parts > 1 else ''}")
+    if prediction.parts > 1:
+        line += (f"\n  per step: compute {1000 * prediction.compute:.1f} ms, communication "
+                 f"{1000 * prediction.communication:.1f} ms, waiting "
+                 f"{1000 * prediction.waiting:.1f} ms; replication factor "
+                 f"{prediction.replication_factor:.3f}; peak per rank "
+                 + ", ".join(f"{b / 2 ** 20:.1f}" for b in prediction.peak_bytes) + " MiB")
+    return line
+
+
+def ranking_table(predictions):
+    """The configurations, fastest predicted training step first, as a markdown table."""
+    ranked = sorted(predictions, key=lambda p: p.step_time)
+    fastest = ranked[0].step_time
+    lines = ["", "| rank | configuration | training step (ms) | epoch (ms) | vs fastest | "
+             "peak per rank (MiB) |", "|---:|---|---:|---:|---:|---:|"]
+    for i, p in enumerate(ranked, 1):
+        mark = "" if p.topology.validated else " (unvalidated)"
+        lines.append(f"| {i} | {p.label}{mark} | {1000 * p.step_time:.1f} | "
+                     f"{1000 * p.epoch_time:.1f} | {p.step_time / fastest:.2f}x | "
+                     f"{max(p.peak_bytes) / 2 ** 20:.1f} |")
+    return "\n".join(lines)
 
 
 # ---- argument parsing --------------------------------------------------------------------
@@ -353,8 +419,6 @@ def integer(low):
         return value
     parse.__name__ = "integer"
     return parse
-
-
 def real(low, high=float("inf"), low_open=False, high_open=True):
     """A finite float in the interval from `low` to `high` (open where said)."""
     def parse(text):
@@ -501,14 +565,23 @@ def make_parser():
     calibrate.add_argument("--out", metavar="FILE", help="where to write the profile "
                            "(default: profile.json under NGNN_CACHE_DIR or ~/.cache/ngnn)")
     calibrate.add_argument("--quick", action="store_true", help="small sizes: a rough "
-                           "profile in about a second")
+                           "profile in a few seconds")
+    calibrate.add_argument("--no-mpi", action="store_true", help="do not start 2 MPI ranks "
+                           "to measure the link")
     calibrate.set_defaults(func=cmd_calibrate)
 
     simulate = sub.add_parser("simulate", help="predict what `ngnn bench` measures, "
                               "without training")
     _add_model_options(simulate, datasets)
-    simulate.add_argument("--topology", metavar="FILE", help="a topology or profile (JSON; "
+    simulate.add_argument("--topology", metavar="FILE", nargs="+",
+                          help="topologies or profiles (JSON, or a preset: h100, a100; "
                           "default: the one `ngnn calibrate` wrote)")
+    simulate.add_argument("--parts", type=integer(1), nargs="+", default=[1], metavar="K",
+                          help="ranks to predict (several: each, ranked)")
+    simulate.add_argument("--partition", dest="policies", nargs="+", default=["cvc"],
+                          choices=("oec", "iec", "cvc", "metis"), metavar="POLICY",
+                          help="partition policies for --parts above 1 (oec, iec, cvc, "
+                          "metis; default cvc)")
     simulate.add_argument("--unfused", action="store_true", help="predict with fusion off")
     simulate.add_argument("--trace", metavar="FILE", help="write the training step's "
                           "predicted timeline as a Chrome trace (JSON)")

@@ -4,7 +4,10 @@ each step on a `Topology` (calibrated here by `ngnn calibrate`, or a preset)."""
 from .calibration import calibrate, default_profile_path, measure
 from .cost import Cost, step_cost
 from .simulator import Report, StepPrediction, predict
-from .topology import Device, Link, Topology, preset
+from .topology import Curve, Device, Link, Topology, preset
+from .training import TrainingPrediction, build_trainers, predict_training
+from . import topology
 
-__all__ = ["Cost", "Device", "Link", "Report", "StepPrediction", "Topology", "calibrate",
-           "default_profile_path", "measure", "predict", "preset", "step_cost"]
+__all__ = ["Cost", "Curve", "Device", "Link", "Report", "StepPrediction", "Topology",
+           "TrainingPrediction", "build_trainers", "calibrate", "default_profile_path",
+           "measure", "predict", "predict_training", "preset", "step_cost", "topology"]

@@ -1,23 +1,39 @@
 """Calibration: measures this machine's rates for the cost model and writes a profile.
 
-Each rate is the best of a few timed repetitions of the primitive the NumPy transformer
-runs (the best, because other processes on a shared machine only ever slow a run down, so
-it is the figure of this machine alone; benchmarks/bench_simulate.py compares it with the
-fastest measured step): the tall, thin matrix products of a GNN layer, forward and weight
-gradient (flop/s), an element-wise add (bytes/s), a Philox dropout (elements/s), np.take of
-random rows (bytes/s), a SciPy CSR-dense product (multiply-adds/s), a segment maximum by
-np.maximum.reduceat (elements/s), and a NumPy transformer program on tiny tensors
-(seconds per step).
-`quick=True` uses small sizes, for tests. Communication is not measured: the profile's
-link is an estimate for shared-memory MPI on one machine (see `calibrate`)."""
+What is timed is what the NumPy transformer calls, on the data it calls them on: the
+random rows of an R-MAT graph (the synthetic graphs of the benchmarks), at the feature
+widths of a GNN layer. Graph primitives are measured as curves over the row width and
+over the size of the table they read (the bigger the table, the fewer of its random rows
+are in cache): indexed row reads (`np.take`), a sparse product over the CSR of a block
+of vertices (the fused groups' `gather_sum`), fancy row indexing (a block's rows of a
+stored edge value), segment reductions, row-wise and column-wise sums, log-softmax.
+Scalars: the tall, thin matrix products of a layer (flop/s), an element-wise add
+(bytes/s), exp (elements/s), a Philox dropout (elements/s), the segment ids of a block
+(edges/s), and the overhead per call of a NumPy statement.
+
+Each figure is the best of a few rounds, every primitive timed once per round: other
+processes on a shared machine only ever slow a run down, so the best is this machine's
+own figure, and a busy moment costs one round of every primitive rather than every call
+of one. `quick=True` uses small
+sizes and two widths (tests). MPI: `measure_mpi` starts 2 ranks (calibration/mpi_probe)
+for latency, bandwidth and all-reduce; skipped, with a message, without mpi4py or mpiexec.
+"""
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 from .. import philox
-from .topology import Device, Link, Topology
+from .topology import Curve, Device, Link, Topology
+
+WIDTHS = (1, 4, 8, 16, 64)
+TABLE_ROWS = (100_000, 500_000)
+BLOCK_EDGES = 500_000
 
 
 def default_profile_path():
@@ -28,45 +44,120 @@ def default_profile_path():
     return os.path.join(root, "profile.json")
 
 
+def _fastest(timings, rounds):
+    """{key: fastest seconds} of `timings` ({key: function}), run in `rounds` rounds of
+    one call each (after a warm-up round): a busy moment on a shared machine then slows
+    one call of every primitive, not every call of one."""
+    best = {key: float("inf") for key in timings}
+    for round_ in range(rounds + 1):
+        for key, run in timings.items():
+            start = time.perf_counter()
+            run()
+            if round_:
+                best[key] = min(best[key], time.perf_counter() - start)
+    return {key: max(value, 1e-12) for key, value in best.items()}
+
+
 def _best(run, repeats):
-    run()                      # warm caches and allocations
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return max(best, 1e-9)
+    return _fastest({0: run}, repeats)[0]
+
+
+def rmat_block(num_nodes, edges, seed):
+    """(indptr, cols) of the first vertices of an R-MAT graph's in-CSR holding about
+    `edges` edges: a block as a fused group reads it, its columns spread over the whole
+    table of `num_nodes` rows."""
+    from ..datasets import synthetic
+    data = synthetic("rmat", num_nodes, 10.0, 1, 2, seed=seed)
+    g = data.graph
+    last = int(np.searchsorted(g.in_indptr, min(edges, g.num_edges), side="right")) - 1
+    last = max(last, 1)
+    indptr = np.ascontiguousarray(g.in_indptr[:last + 1])
+    return indptr, np.ascontiguousarray(g.in_src[:indptr[-1]])
+
+
+def _view(buffer, shape):
+    return buffer[:int(np.prod(shape))].reshape(shape)
+
+
+def graph_timings(quick, rng):
+    """{(primitive, table rows, width): (function, items)}: the graph primitives at each
+    measured width and table size, on scratch buffers shared between widths."""
+    from ..transformers.numpy import kernels as K
+    widths = (4, 16) if quick else WIDTHS
+    tables = (5_000, 20_000) if quick else TABLE_ROWS
+    block = 50_000 if quick else BLOCK_EDGES
+    top = widths[-1]
+    timings = {}
+    scratch = np.empty(block * 2 * top, np.float32)
+    result = np.empty(max(tables) * top, np.float32)
+    for rows in tables:
+        indptr, cols = rmat_block(rows, block, seed=1)
+        n_v, n_e = len(indptr) - 1, len(cols)
+        data = np.ones(n_e, np.float32)
+        for w in widths:
+            x = rng.standard_normal((rows, w), dtype=np.float32)
+            gathered, out = _view(scratch, (n_e, w)), _view(result, (n_v, w))
+            timings["take", rows, w] = (
+                lambda x=x, g=gathered, c=cols: np.take(x, c, axis=0, out=g), n_e)
+            timings["spmm", rows, w] = (
+                lambda x=x, o=out, p=indptr, c=cols, n=n_v, r=rows, d=data:
+                K.csr_product((n, r), p, c, d, x, o), n_e)
+    rows = tables[0]
+    indptr, _ = rmat_block(rows, block, seed=2)
+    n_v, n_e = len(indptr) - 1, int(indptr[-1])
+    order = rng.permutation(n_e)
+    values = rng.standard_normal(n_e * top, dtype=np.float32)
+    for w in widths:
+        edge_rows = _view(values, (n_e, w))
+        out = _view(result, (n_v, w))
+        x = _view(values, (rows, w))
+        reduced, column = np.empty(rows, np.float32), np.empty(w, np.float32)
+        soft = _view(scratch, (rows, w))
+        timings["segment", rows, w] = (
+            lambda v=edge_rows, o=out: K.segment_reduce(v, indptr, "max", o), n_e)
+        timings["fancy", rows, w] = (lambda v=edge_rows: v[order], n_e)
+        timings["row_sum", rows, w] = (
+            lambda x=x, r=reduced: np.einsum("ab->a", x, out=r), rows)
+        timings["column_sum", rows, w] = (
+            lambda x=x, c=column: np.sum(x, axis=(0,), out=c), rows)
+        timings["log_softmax", rows, w] = (
+            lambda x=x, o=soft: K.log_softmax(x, 1, o), rows)
+    return timings, tables, widths
 
 
 def measure(quick=False, seed=0):
-    """{rate name: value} for this machine."""
+    """({scalar rate: value}, {primitive: Curve}) for this machine."""
+    from ..transformers.numpy import kernels as K
     rng = np.random.default_rng(seed)
     rows, width = (20000, 32) if quick else (200000, 64)
-    edges = 10 * rows
-    repeats = 3 if quick else 7
+    rounds = 3 if quick else 6
     a = rng.standard_normal((rows, width), dtype=np.float32)
-    w = rng.standard_normal((width, width), dtype=np.float32)
-    out = np.empty_like(a)
+    w = rng.standard_normal((width, 16), dtype=np.float32)
+    narrow = np.empty((rows, 16), np.float32)
     grad = np.empty_like(w)
-    products = _best(lambda: (np.dot(a, w, out=out), np.dot(a.T, out, out=grad)), repeats)
-    flops = 4 * rows * width * width / products
-    bandwidth = 3 * a.nbytes / _best(lambda: np.add(a, a, out=out), repeats)
-    index = rng.integers(0, rows, edges)
-    gathered = np.empty((edges, width), np.float32)
-    gather = 2 * gathered.nbytes / _best(lambda: np.take(a, index, axis=0, out=gathered),
-                                         repeats)
-    dst = np.sort(rng.integers(0, rows, edges))
-    incidence = sp.csr_matrix((np.ones(edges, np.float32), (dst, np.arange(edges))),
-                              shape=(rows, edges))
-    spmm = edges * width / _best(lambda: incidence @ gathered, repeats)
-    starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
-    segment = edges * width / _best(lambda: np.maximum.reduceat(gathered, starts, axis=0),
-                                    repeats)
-    dropout = a.size / _best(lambda: philox.dropout(a, seed, 0, 0.5, out), repeats)
-    overhead = call_overhead(repeats)
-    return {"flops": flops, "memory_bandwidth": bandwidth, "gather_bandwidth": gather,
-            "spmm_rate": spmm, "segment_rate": segment, "dropout_rate": dropout,
-            "call_overhead": overhead}
+    out = np.empty_like(a)
+    seg = np.arange(0, 10 * rows + 1, 10)
+    scalars = {
+        # A layer's product and its weight gradient: 2 * 2 * rows * width * 16 flops.
+        "flops": (lambda: (np.dot(a, w, out=narrow), np.dot(a.T, narrow, out=grad)),
+                  4 * rows * width * 16),
+        "memory_bandwidth": (lambda: np.add(a, a, out=out), 3 * a.nbytes),
+        "transcendental_rate": (lambda: np.exp(a, out=out), a.size),
+        "dropout_rate": (lambda: philox.dropout(a, seed, 0, 0.5, out), a.size),
+        "repeat_rate": (lambda: K.segment_ids(seg, 0), 10 * rows),
+    }
+    graph, tables, widths = graph_timings(quick, rng)
+    timings = {key: run for key, (run, _) in {**scalars, **graph}.items()}
+    best = _fastest(timings, rounds)
+    rates = {key: items / best[key] for key, (_, items) in scalars.items()}
+    rates["call_overhead"] = call_overhead(rounds)
+    curves = {}
+    for name in sorted({key[0] for key in graph}):
+        measured = sorted({key[1] for key in graph if key[0] == name})
+        curves[name] = Curve(measured, list(widths),
+                             [[best[name, r, w] / graph[name, r, w][1] for w in widths]
+                              for r in measured])
+    return rates, curves
 
 
 def call_overhead(repeats, length=200):
@@ -91,17 +182,54 @@ def call_overhead(repeats, length=200):
         transformer.close()
 
 
-def calibrate(path=None, quick=False):
+def measure_mpi(timeout=30.0, quick=False):
+    """Latency (s), bandwidth (bytes/s) and all-reduce figures of 2 MPI ranks on this
+    machine, from `mpiexec -n 2` running mpi_probe; (None, reason) when MPI is missing or
+    the probe fails or runs past `timeout` seconds."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None, "mpi4py is not installed (pip install 'ngnn[mpi]'): MPI not measured"
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        return None, "no mpiexec on PATH: MPI not measured"
+    command = [mpiexec, "-n", "2", sys.executable, "-m", "ngnn.simulate.mpi_probe"]
+    if quick:
+        command.append("--quick")
+    try:
+        # Not from the source tree: there `-m ngnn...` would import the tree's ngnn package.
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        return None, f"the MPI probe ran past {timeout:.0f} s: MPI not measured"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return None, f"the MPI probe failed ({tail[0]}): MPI not measured"
+    return json.loads(lines[-1]), None
+
+
+def calibrate(path=None, quick=False, mpi=True):
     """Measures this machine and writes its profile to `path` (default
-    `default_profile_path()`) atomically; returns (topology, path)."""
-    rates = measure(quick)
+    `default_profile_path()`) atomically; returns (topology, path, notes), notes a list
+    of what was not measured and why."""
+    rates, curves = measure(quick)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    device = Device("cpu", memory_bytes=memory, name="this machine", **rates)
-    # Shared-memory MPI on one machine: latency and bandwidth of a memory copy.
-    link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2)
+    measured, why = measure_mpi(quick=quick) if mpi else (None, "MPI not measured (--no-mpi)")
+    notes = [why] if why else []
+    if measured is not None:
+        link = Link(latency=measured["latency"], bandwidth=measured["bandwidth"],
+                    allreduce_latency=measured["allreduce_latency"],
+                    allreduce_bandwidth=measured["allreduce_bandwidth"],
+                    contention=measured["contention"])
+    else:
+        # Shared-memory MPI on one machine, unmeasured: a memory copy's bandwidth.
+        link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2)
+    device = Device("cpu", memory_bytes=memory, name="this machine", curves=curves,
+                    cores=os.cpu_count(), **rates)
     topology = Topology([device], [link], name="calibrated here" + (" (quick)" if quick
                                                                     else ""))
     path = path or default_profile_path()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     topology.save(path)
-    return topology, path
+    return topology, path, notes

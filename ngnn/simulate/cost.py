@@ -1,40 +1,53 @@
 """The cost of one step of a computation's plan (a plain op, a fused group, a kernel group)
 on one device, in seconds, with the work and the bytes it was priced from.
 
-Dense ops: a roofline, max(flops / throughput, bytes / bandwidth). Graph ops: the
-primitives the transformers lower them to, each at its calibrated rate: a gather reads and
-writes one row per edge (`gather_bandwidth`); a sum or mean aggregation is a sparse-dense
-product with one multiply-add per edge and feature (`spmm_rate`); a max or min one a
-segment reduction (`segment_rate`); a dropout draws a random number per
-element (`dropout_rate`); an edge softmax is a segment max, a gather of it, the
-element-wise exp and shift, a segment sum, a gather of the sums and a divide. A fused
-group or kernel group is one call that does its members' work (on the NumPy transformer,
-less the gathers its sparse products read in place). Communication: the alpha-beta
-model over the link to each peer. Every step pays the device's per-call overhead once.
+A step is priced as the statements the transformer runs for it, each at the calibrated
+rate of its primitive, plus the device's overhead per statement:
+
+* dense ops: a roofline, max(flops / throughput, bytes / bandwidth); an element-wise
+  template pays one pass over its operands per NumPy call in it, and exp-like functions
+  their per-element rate; a dropout a random draw per element;
+* graph ops, by the primitives the NumPy transformer lowers them to, each a calibrated
+  curve over the row width and the size of the table read (`Curve`): `np.take` of rows
+  (gathers), a CSR product over random columns (sum and mean aggregations), segment
+  reductions (max and min), fancy row indexing, row and column sums, log-softmax;
+* a NumPy fused group as its generated function runs (ngnn.transformers.numpy.fused):
+  the masks and per-head copies made once per call, then per block of vertices the
+  block's bookkeeping (edge ids, segment ids) and each member's statements on the block's
+  rows, where the group's sparse products read gathered rows in place;
+* communication ops (`MirrorReduce`, `MasterBroadcast`, `AllReduce`): the alpha-beta
+  model over the topology's link, plus the copies of the rows sent and received.
+
+A device without curves (the GPU presets) prices graph primitives by its scalar rates,
+and a kernel group (GPU transformer) as its members' work in one call.
 """
 import numpy as np
 
 from ..op_graph import (Aggregate, AllReduce, Assign, Constant, Dot, Dropout, EdgeSoftmax,
-                        Gather, MasterBroadcast, MirrorReduce, Placeholder, SparseDot,
-                        SparseDropout, SparseTransposedDot, Variable)
+                        Gather, LogSoftmax, MasterBroadcast, MirrorReduce, OneHot, Placeholder,
+                        Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum, Variable)
 from ..passes.buffer_sharing import is_group
 
 LEAVES = (Placeholder, Variable, Constant)
+TRANSCENDENTAL = ("np.exp", "np.log", "np.expm1", "np.tanh", "expit", "np.power",
+                  "np.sqrt")
 
 
 class Cost:
     """`seconds` of one step; `flops`, `bytes` (memory traffic), `comm_bytes` (sent over
-    links) it was priced from; `kind`: dense, graph, fused, comm or view."""
+    links) it was priced from; `kind`: dense, graph, fused, comm or view; `calls`: the
+    statements it runs (each pays the device's call overhead)."""
 
-    def __init__(self, seconds=0.0, flops=0.0, nbytes=0.0, comm_bytes=0.0, kind="dense"):
+    def __init__(self, seconds=0.0, flops=0.0, nbytes=0.0, comm_bytes=0.0, kind="dense",
+                 calls=1):
         self.seconds, self.flops, self.bytes = seconds, flops, nbytes
-        self.comm_bytes, self.kind = comm_bytes, kind
+        self.comm_bytes, self.kind, self.calls = comm_bytes, kind, calls
 
     def __add__(self, other):
         kinds = {self.kind, other.kind}
         return Cost(self.seconds + other.seconds, self.flops + other.flops,
                     self.bytes + other.bytes, self.comm_bytes + other.comm_bytes,
-                    self.kind if len(kinds) == 1 else "fused")
+                    self.kind if len(kinds) == 1 else "fused", self.calls + other.calls)
 
 
 def size(op):
@@ -50,41 +63,68 @@ def row_elements(op):
     return int(np.prod(op.shape[1:], dtype=np.int64))
 
 
-def step_cost(step, device, topology, rank=0, views=()):
-    """The cost of one step, overhead included."""
+def row_width(op):
+    """A row's width in float32s, the unit the curves were measured in."""
+    return row_elements(op) * np.dtype(op.dtype).itemsize / 4
+
+
+# ---- primitives ----------------------------------------------------------------------------
+def per_item(device, primitive, width, rows=None):
+    """Seconds per item (an edge or a row) of a graph primitive at `width` float32s per
+    row, reading a table of `rows` rows: the calibrated curve, else the scalar rates."""
+    curve = device.curves.get(primitive)
+    if curve is not None:
+        return curve(width, rows)
+    row = 4 * width
+    if primitive in ("take", "fancy"):
+        return (2 * row + 8) / device.gather_bandwidth
+    if primitive == "spmm":
+        return width / device.spmm_rate + 8 / device.gather_bandwidth
+    if primitive == "segment":
+        return width / device.segment_rate
+    if primitive == "log_softmax":
+        return 5 * row / device.memory_bandwidth + width / device.transcendental_rate
+    return row / device.memory_bandwidth           # row_sum, column_sum
+
+
+def primitive(device, name, items, width, rows=None, calls=1, moved=0.0):
+    """`calls` statements of primitive `name` over `items` items in all."""
+    seconds = items * per_item(device, name, width, rows)
+    return Cost(seconds, 0, moved or items * 4 * width, kind="graph", calls=calls)
+
+
+def passes(device, elements, moved, calls=1, transcendental=0):
+    """Element-wise work: `moved` bytes at the memory bandwidth, plus `transcendental`
+    exp-like evaluations."""
+    seconds = moved / device.memory_bandwidth + transcendental / device.transcendental_rate
+    return Cost(seconds, elements, moved, calls=calls)
+
+
+# ---- steps ---------------------------------------------------------------------------------
+def step_cost(step, device, topology, rank=0, views=(), plan=None):
+    """The cost of one step, call overheads included. `plan`: the NumPy transformer's
+    view of the computation (`NumPyPlan`), for its fused groups."""
     if is_group(step):
-        cost = Cost(kind="fused")
-        for op in step.ops:
-            if op not in folded_into_products(step, device):
+        if plan is not None and plan.writes(step):
+            cost = plan.group_cost(step, device)
+        else:
+            cost = Cost(kind="fused", calls=0)
+            for op in step.ops:
                 cost = cost + work(op, device, topology, rank, views)
+            cost.calls = 1               # one kernel
         cost.kind = "fused"
     else:
         cost = work(step, device, topology, rank, views)
-    cost.seconds += device.call_overhead
+    cost.seconds += cost.calls * device.call_overhead
     return cost
 
 
-def folded_into_products(step, device):
-    """Ops of a fused group that the NumPy transformer never runs on its own: a sum of
-    gathered rows (times an edge weight) is one sparse product, priced as the aggregation,
-    so the gather and the multiply it reads cost nothing more. Asked of the transformer's
-    own writer, so the prediction follows the plan that runs."""
-    from ..passes.fusion import FusedGroup
-    if device.kind != "cpu" or not isinstance(step, FusedGroup):
-        return set()
-    from ..transformers.numpy.fused import FusedGroupWriter
-    writer = FusedGroupWriter(step, {}, None, lambda kind, graph: kind)
-    return writer.sparse_products("src" if step.at == "dst" else "dst")[1]
-
-
 def work(op, device, topology, rank=0, views=()):
-    """The cost of the work of one op, without the call overhead."""
-    if isinstance(op, LEAVES):
-        return Cost(kind="view")
-    if op in views:
-        return Cost(kind="view")
+    """The cost of the work of one op, without the call overheads."""
+    if isinstance(op, LEAVES) or op in views:
+        return Cost(kind="view", calls=0)
     if isinstance(op, (MirrorReduce, MasterBroadcast, AllReduce)):
-        return communication(op, topology, rank)
+        return communication(op, device, topology, rank)
     if isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
         return graph_work(op, device)
     if isinstance(op, (SparseDot, SparseTransposedDot)):
@@ -93,12 +133,37 @@ def work(op, device, topology, rank=0, views=()):
         return dense_product(op, device)
     if isinstance(op, (Dropout, SparseDropout)):
         return dropout(op, device)
+    if isinstance(op, (LogSoftmax, Softmax)):
+        rows = size(op) // max(op.shape[op.axis], 1) if op.ndim else 1
+        return primitive(device, "log_softmax", rows, op.shape[op.axis] if op.ndim else 1,
+                         moved=2 * nbytes(op))
+    if isinstance(op, Sum) and op.axes and op.args[0].ndim:
+        x = op.args[0]
+        reduced = int(np.prod([x.shape[a] for a in op.axes], dtype=np.int64))
+        if op.axes == tuple(range(x.ndim - len(op.axes), x.ndim)):
+            return primitive(device, "row_sum", size(x) // max(reduced, 1), reduced,
+                             moved=nbytes(x))
+        return primitive(device, "column_sum", reduced, size(x) // max(reduced, 1),
+                         moved=nbytes(x))
     if isinstance(op, Assign):
         moved = 2 * nbytes(op.args[-1])
         return Cost(moved / device.memory_bandwidth, 0, moved)
-    moved = nbytes(op) + sum(nbytes(arg) for arg in op.args if not arg.is_sparse)
-    flops = size(op)
-    return Cost(max(flops / device.flops, moved / device.memory_bandwidth), flops, moved)
+    return elementwise(op, device)
+
+
+def elementwise(op, device, rows=None):
+    """An op's NumPy template over `rows` of its rows (default all): one pass over its
+    operands per NumPy function in the template."""
+    fraction = 1.0 if rows is None or not op.shape else rows / max(op.shape[0], 1)
+    template = op.numpy if isinstance(getattr(op, "numpy", None), str) else ""
+    if isinstance(op, OneHot):
+        template = "np.equal"
+    calls = max(1, template.count("np.") - template.count("np.copyto(") -
+                template.count("np.float") - template.count("np.int"))
+    moved = fraction * (nbytes(op) + sum(nbytes(a) for a in op.args if not a.is_sparse))
+    heavy = sum(template.count(name) for name in TRANSCENDENTAL)
+    return passes(device, fraction * size(op), calls * moved, calls=1,
+                  transcendental=heavy * fraction * size(op))
 
 
 def dense_product(op, device):
@@ -129,55 +194,58 @@ def sparse_product(op, device):
 
 
 def graph_work(op, device):
+    """A whole-graph graph op (outside fused groups), as ngnn.transformers.numpy.kernels
+    computes it."""
     graph = op.graph
-    edges = graph.num_edges
-    width = row_elements(op)
-    item = np.dtype(op.dtype).itemsize
-    index = edges * 8
+    edges, nodes = graph.num_edges, graph.num_nodes
+    width = row_width(op)
     if isinstance(op, Gather):
-        moved = 2 * edges * width * item + index
-        return Cost(moved / device.gather_bandwidth, 0, moved, kind="graph")
+        return primitive(device, "take", edges, width, op.args[0].shape[0])
     if isinstance(op, Aggregate):
-        out = nbytes(op)
-        touched = edges * width
-        moved = touched * item + out + index
-        rate = device.spmm_rate if op.reduce in ("sum", "mean") else device.segment_rate
-        seconds = touched / rate + out / device.memory_bandwidth
-        if op.reduce not in ("sum", "mean"):
-            seconds += 2 * touched * item / device.gather_bandwidth   # x[eids] first
-        return Cost(seconds, touched, moved, kind="graph")
-    # EdgeSoftmax: segment max, shift, exp, segment sum, divide over edges x width.
-    touched = edges * width
-    edge_bytes = touched * item
-    node_bytes = graph.num_nodes * width * item
-    seconds = (touched / device.segment_rate + touched / device.spmm_rate
-               + 6 * edge_bytes / device.gather_bandwidth
-               + 6 * edge_bytes / device.memory_bandwidth
-               + 2 * node_bytes / device.memory_bandwidth)
-    return Cost(seconds, 5 * touched, 12 * edge_bytes + 2 * node_bytes + 2 * index,
-                kind="graph")
+        if op.reduce in ("sum", "mean"):     # incidence (N, E) @ x: x's rows in edge order
+            return primitive(device, "spmm", edges, width, edges) + \
+                passes(device, size(op), 2 * nbytes(op))
+        return primitive(device, "fancy", edges, width, edges) + \
+            primitive(device, "segment", edges, width) + \
+            primitive(device, "fancy", nodes, width)
+    # EdgeSoftmax: a segment max, a gather of it, subtract and exp, a sum, a divide.
+    element = edges * row_elements(op)
+    return (primitive(device, "fancy", edges, width, edges)
+            + primitive(device, "segment", edges, width)
+            + primitive(device, "take", 2 * edges, width, nodes, calls=2)
+            + primitive(device, "spmm", edges, width, edges)
+            + passes(device, element, 6 * element * 4, calls=3, transcendental=element))
 
 
-def communication(op, topology, rank):
-    """Point-to-point exchanges: each peer's rows over its link, one message each;
-    all-reduce: a ring, 2(p - 1) messages of 1/p of the tensor."""
+def communication(op, device, topology, rank):
+    """Point-to-point exchanges: each peer's rows over its link, one message each, and
+    the copies of the rows out of and into the tensor; all-reduce: its fixed cost plus
+    the bytes at the all-reduce bandwidth (both measured on 2 ranks)."""
     if isinstance(op, AllReduce):
         ranks = op.exchange.size
         if ranks <= 1:
-            return Cost(kind="comm")
-        chunk = nbytes(op) / ranks
+            return Cost(kind="comm", calls=0)
         link = topology.link(rank, (rank + 1) % ranks)
-        steps = 2 * (ranks - 1)
-        return Cost(link.time(steps * chunk, steps), 0, 0, steps * chunk, kind="comm")
+        moved = nbytes(op)
+        # A ring moves 2 (p - 1) / p of the tensor; the calibrated bandwidth is for p = 2.
+        share = (ranks - 1) / ranks * 2
+        seconds = link.allreduce_latency * max(1.0, np.log2(ranks)) + \
+            share * moved / link.allreduce_bandwidth
+        return Cost(seconds, 0, 2 * moved, share * moved, kind="comm", calls=3)
     exchange = op.graph.exchange
     row = row_elements(op) * np.dtype(op.dtype).itemsize
     sends, receives = ((exchange.mirrors_from, exchange.masters_to)
                        if isinstance(op, MirrorReduce)
                        else (exchange.masters_to, exchange.mirrors_from))
-    seconds, sent = 0.0, 0
+    width = row / 4
+    seconds, sent, rows_moved, calls = 0.0, 0, 0, 2
     for peer in sorted(set(sends) | set(receives)):
-        out_bytes = len(sends.get(peer, ())) * row
-        in_bytes = len(receives.get(peer, ())) * row
-        seconds += topology.link(rank, peer).time(max(out_bytes, in_bytes), 1)
-        sent += out_bytes
-    return Cost(seconds, 0, 0, sent, kind="comm")
+        out_rows, in_rows = len(sends.get(peer, ())), len(receives.get(peer, ()))
+        seconds += topology.link(rank, peer).time(max(out_rows, in_rows) * row, 1)
+        sent += out_rows * row
+        rows_moved += out_rows + (2 if isinstance(op, MirrorReduce) else 1) * in_rows
+        calls += 4
+    copy = primitive(device, "fancy", rows_moved, width, op.shape[0] if op.shape else 1)
+    whole = passes(device, size(op), 2 * nbytes(op))       # np.copyto(out, x)
+    return Cost(seconds + copy.seconds + whole.seconds, 0, copy.bytes + whole.bytes, sent,
+                kind="comm", calls=calls)

@@ -9,6 +9,7 @@ import json
 
 from ..files import write_atomically
 from .cost import LEAVES, is_group, step_cost
+from .numpy_plan import NumPyPlan
 
 
 class StepPrediction:
@@ -81,11 +82,12 @@ def predict(comp, topology, rank=None):
         rank = _rank_of(comp)
     device = topology.device(rank)
     views = {op for op in comp.ordered_ops if comp.transformer.is_view(op)}
+    plan = NumPyPlan(comp) if comp.transformer.name == "numpy" else None
     ops, clock = [], 0.0
     for step in comp.steps:
         if not is_group(step) and isinstance(step, LEAVES):
             continue          # placeholders, variables and constants are bound, not run
-        cost = step_cost(step, device, topology, rank, views)
+        cost = step_cost(step, device, topology, rank, views, plan)
         members = [step_name(op) for op in step.ops] if is_group(step) else [step_name(step)]
         ops.append(StepPrediction(step_name(step), cost, clock, members))
         clock += cost.seconds

@@ -14,8 +14,11 @@ import os
 from ..files import write_atomically
 
 DEVICE_FIELDS = ("flops", "memory_bandwidth", "memory_bytes", "call_overhead")
-GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate")
+GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate",
+               "transcendental_rate", "repeat_rate")
+OPTIONAL_DEVICE_FIELDS = GRAPH_RATES + ("cores", "curves")
 LINK_FIELDS = ("latency", "bandwidth")
+OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention")
 
 
 def _positive(where, name, value, allow_zero=False):
@@ -26,16 +29,68 @@ def _positive(where, name, value, allow_zero=False):
     return float(value)
 
 
+class Curve:
+    """Seconds per item of a primitive, measured at `widths` (elements per row) for tables
+    of `rows` rows: `seconds[i][j]` at rows[i], widths[j]. Read between the measured points
+    by interpolating in log rows and log width; outside, the nearest table size, the
+    narrowest width, and past the widest width a cost growing with the width."""
+
+    def __init__(self, rows, widths, seconds, where="curve"):
+        self.rows = [_positive(where, "rows", r) for r in rows]
+        self.widths = [_positive(where, "widths", w) for w in widths]
+        if not self.rows or not self.widths or self.rows != sorted(set(self.rows)) or \
+                self.widths != sorted(set(self.widths)):
+            raise ValueError(f"topology: {where}: rows and widths must be increasing, "
+                             "non-empty lists")
+        if not isinstance(seconds, list) or len(seconds) != len(self.rows) or any(
+                not isinstance(r, list) or len(r) != len(self.widths) for r in seconds):
+            raise ValueError(f"topology: {where}: seconds must be {len(self.rows)} rows of "
+                             f"{len(self.widths)} figures")
+        self.seconds = [[_positive(where, "seconds", v) for v in r] for r in seconds]
+
+    def __call__(self, width, rows=None):
+        width = max(float(width), 1.0)
+        by_rows = [self._along_width(r, width) for r in self.seconds]
+        if rows is None or len(self.rows) == 1:
+            return by_rows[0]
+        return math.exp(_interpolate(self.rows, [math.log(v) for v in by_rows],
+                                     max(float(rows), 1.0)))
+
+    def _along_width(self, row, width):
+        if width >= self.widths[-1]:
+            return row[-1] * width / self.widths[-1]
+        return math.exp(_interpolate(self.widths, [math.log(v) for v in row], width))
+
+    def to_dict(self):
+        return {"rows": self.rows, "widths": self.widths, "seconds": self.seconds}
+
+
+def _interpolate(points, values, at):
+    """Linear in log(at) between the measured points, the end value outside them."""
+    if at <= points[0] or len(points) == 1:
+        return values[0]
+    if at >= points[-1]:
+        return values[-1]
+    i = next(i for i in range(1, len(points)) if at <= points[i])
+    t = (math.log(at) - math.log(points[i - 1])) / (math.log(points[i]) -
+                                                    math.log(points[i - 1]))
+    return values[i - 1] + t * (values[i] - values[i - 1])
+
+
 class Device:
     """`flops` (flop/s), `memory_bandwidth` (bytes/s), `memory_bytes`, `call_overhead`
     (seconds per op call). The graph rates default to the memory bandwidth (bytes/s of
     indexed rows) and to a bandwidth-bound product (multiply-adds/s, one 4-byte row read
-    each) when no calibration measured them; `dropout_rate` (elements/s of counter-based
-    random masks) to one element per 4 bytes of bandwidth."""
+    each) when no calibration measured them; `dropout_rate`, `transcendental_rate` and
+    `repeat_rate` (elements/s of random masks, of exp, of segment ids) to one element per
+    4 bytes of bandwidth. `curves` ({primitive: Curve}, from calibration) replace the
+    scalar rates of the primitives they measure. `cores`: how many ranks can run on this
+    device at once (a CPU host's cores; None for a device per rank)."""
 
     def __init__(self, kind, flops, memory_bandwidth, memory_bytes, call_overhead,
                  gather_bandwidth=None, spmm_rate=None, segment_rate=None,
-                 dropout_rate=None, name=None):
+                 dropout_rate=None, transcendental_rate=None, repeat_rate=None,
+                 cores=None, curves=None, name=None):
         where = f"device {name or kind!r}"
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"topology: {where}: kind must be a non-empty string")
@@ -53,20 +108,56 @@ class Device:
             if segment_rate is not None else bound
         self.dropout_rate = _positive(where, "dropout_rate", dropout_rate) \
             if dropout_rate is not None else bound
+        self.transcendental_rate = _positive(where, "transcendental_rate",
+                                             transcendental_rate) \
+            if transcendental_rate is not None else bound
+        self.repeat_rate = _positive(where, "repeat_rate", repeat_rate) \
+            if repeat_rate is not None else bound
+        if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int)
+                                  or cores < 1):
+            raise ValueError(f"topology: {where}: cores must be a positive integer, got "
+                             f"{cores!r}")
+        self.cores = cores
+        curves = curves or {}
+        if not isinstance(curves, dict):
+            raise ValueError(f"topology: {where}: curves must be an object")
+        self.curves = {name: c if isinstance(c, Curve) else _curve(c, f"{where}: curve "
+                                                                      f"{name!r}")
+                       for name, c in curves.items()}
 
     def to_dict(self):
+        extra = {"cores": self.cores} if self.cores is not None else {}
+        if self.curves:
+            extra["curves"] = {name: c.to_dict() for name, c in self.curves.items()}
         return {"name": self.name, "kind": self.kind,
-                **{f: getattr(self, f) for f in DEVICE_FIELDS + GRAPH_RATES}}
+                **{f: getattr(self, f) for f in DEVICE_FIELDS + GRAPH_RATES}, **extra}
+
+
+def _curve(data, where):
+    if not isinstance(data, dict) or set(data) != {"rows", "widths", "seconds"}:
+        raise ValueError(f"topology: {where}: expected an object with rows, widths and "
+                         "seconds")
+    return Curve(data["rows"], data["widths"], data["seconds"], where)
 
 
 class Link:
     """Between devices `ends` (a pair of device names; None: any pair without a link of
-    its own): `latency` seconds per message, `bandwidth` bytes/s."""
+    its own): `latency` seconds per message, `bandwidth` bytes/s; `allreduce_latency`
+    and `allreduce_bandwidth` those of an all-reduce (default two latencies and the
+    link's bandwidth); `contention`, how much
+    slower each rank computes while its peers compute beside it on the same host
+    (calibrated: both ranks on this machine share its memory; 1 for separate devices)."""
 
-    def __init__(self, latency, bandwidth, ends=None):
+    def __init__(self, latency, bandwidth, ends=None, allreduce_latency=None,
+                 allreduce_bandwidth=None, contention=1.0):
         where = f"link {ends!r}" if ends else "link"
         self.latency = _positive(where, "latency", latency, allow_zero=True)
         self.bandwidth = _positive(where, "bandwidth", bandwidth)
+        self.allreduce_latency = 2 * self.latency if allreduce_latency is None else \
+            _positive(where, "allreduce_latency", allreduce_latency, allow_zero=True)
+        self.allreduce_bandwidth = self.bandwidth if allreduce_bandwidth is None else \
+            _positive(where, "allreduce_bandwidth", allreduce_bandwidth)
+        self.contention = _positive(where, "contention", contention)
         if ends is not None and (not isinstance(ends, (list, tuple)) or len(ends) != 2):
             raise ValueError(f"topology: {where}: ends must be a pair of device names")
         self.ends = tuple(ends) if ends is not None else None
@@ -76,6 +167,8 @@ class Link:
 
     def to_dict(self):
         return {"latency": self.latency, "bandwidth": self.bandwidth,
+                "allreduce_latency": self.allreduce_latency,
+                "allreduce_bandwidth": self.allreduce_bandwidth, "contention": self.contention,
                 **({"ends": list(self.ends)} if self.ends else {})}
 
 
@@ -131,7 +224,8 @@ class Topology:
             if missing:
                 raise ValueError(f"{source}: devices[{i}] is missing field(s) "
                                  f"{', '.join(missing)}")
-            unknown = set(entry) - {"name", "kind"} - set(DEVICE_FIELDS) - set(GRAPH_RATES)
+            unknown = set(entry) - {"name", "kind"} - set(DEVICE_FIELDS) - \
+                set(OPTIONAL_DEVICE_FIELDS)
             if unknown:
                 raise ValueError(f"{source}: devices[{i}] has unknown field(s) "
                                  f"{', '.join(sorted(unknown))}")
@@ -144,7 +238,7 @@ class Topology:
             if missing:
                 raise ValueError(f"{source}: links[{i}] is missing field(s) "
                                  f"{', '.join(missing)}")
-            unknown = set(entry) - set(LINK_FIELDS) - {"ends"}
+            unknown = set(entry) - set(LINK_FIELDS) - set(OPTIONAL_LINK_FIELDS)
             if unknown:
                 raise ValueError(f"{source}: links[{i}] has unknown field(s) "
                                  f"{', '.join(sorted(unknown))}")

@@ -1,0 +1,74 @@
+"""Run by `ngnn calibrate` as `mpiexec -n 2 python -m ngnn.simulate.mpi_probe`: measures
+the link between 2 ranks on this machine as the distributed trainer uses it (nonblocking
+sends and receives completed by ngnn.distributed.exchange.wait) and prints one JSON line
+on rank 0: `latency` (seconds per message, a 1-element ping-pong, half a round trip),
+`bandwidth` (bytes/s of 8 MiB messages, both ways at once as the exchange posts them),
+`allreduce_latency` (a 1-element all-reduce) and `allreduce_bandwidth`, and `contention`
+(how much slower a memory-bound loop of gathers runs on rank 0 while rank 1 runs it too,
+than alone: both ranks share this machine's memory and cores)."""
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def best(run, repeats, comm):
+    run()
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main(quick=False):
+    from mpi4py import MPI
+    try:     # the trainer's own way of waiting, when it has one
+        from ngnn.distributed.exchange import wait
+    except ImportError:
+        wait = MPI.Request.Waitall
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    peer = 1 - rank
+    repeats = 5 if quick else 20
+
+    def swap(send, receive):
+        wait([comm.Irecv(receive, source=peer, tag=3), comm.Isend(send, dest=peer, tag=3)])
+
+    small, small_in = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    latency = best(lambda: swap(small, small_in), repeats, comm)
+    size = (1 << 20) if quick else (8 << 20)
+    big, big_in = np.ones(size // 4, np.float32), np.empty(size // 4, np.float32)
+    bandwidth = size / max(best(lambda: swap(big, big_in), max(3, repeats // 4), comm)
+                           - latency, 1e-9)
+    reduced_small = np.empty_like(small)
+    allreduce_latency = best(lambda: wait([comm.Iallreduce(small, reduced_small,
+                                                           op=MPI.SUM)]), repeats, comm)
+    reduced = np.empty_like(big)
+    allreduce = best(lambda: wait([comm.Iallreduce(big, reduced, op=MPI.SUM)]),
+                     max(3, repeats // 4), comm)
+    allreduce_bandwidth = size / max(allreduce - allreduce_latency, 1e-9)
+
+    rng = np.random.default_rng(rank)
+    table = rng.standard_normal((200_000 if not quick else 20_000, 16), dtype=np.float32)
+    index = rng.integers(0, len(table), 4 * len(table))
+    out = np.empty((len(index), 16), np.float32)
+
+    def gathers():
+        for _ in range(3):
+            np.take(table, index, axis=0, out=out)
+
+    alone = best(gathers if rank == 0 else lambda: None, max(3, repeats // 4), comm)
+    together = best(gathers, max(3, repeats // 4), comm)
+    if rank == 0:
+        print(json.dumps({"latency": latency, "bandwidth": bandwidth,
+                          "allreduce_latency": allreduce_latency,
+                          "allreduce_bandwidth": allreduce_bandwidth,
+                          "contention": max(1.0, together / alone)}), flush=True)
+
+
+if __name__ == "__main__":
+    main(quick="--quick" in sys.argv[1:])

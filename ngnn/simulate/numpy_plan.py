@@ -1,0 +1,149 @@
+"""How the NumPy transformer runs a computation's fused groups, asked of its own group
+writer (ngnn.transformers.numpy.fused), so the price follows the code that runs: the
+block size and count, which aggregations are sparse products reading gathered rows in
+place, which stored edge values are in CSR order (read as slices) and which are read or
+written through edge ids, which dropout masks are drawn once per call."""
+import numpy as np
+
+from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
+from .cost import Cost, elementwise, nbytes, passes, primitive, row_elements, row_width
+
+
+class NumPyPlan:
+    """The fused groups of `comp` (transformed by the NumPy transformer) as it writes them."""
+
+    def __init__(self, comp):
+        from ngnn.passes import FusedGroup
+        from ngnn.transformers.numpy.fused import (DEFAULT_BLOCK_BYTES, FusedGroupWriter,
+                                                    csr_ordered_values)
+        block_bytes = comp.transformer.options.get("fusion_block_bytes", DEFAULT_BLOCK_BYTES)
+        groups = [s for s in comp.steps if isinstance(s, FusedGroup)]
+        self.writers = {g: FusedGroupWriter(g, {}, None, lambda kind, graph: kind,
+                                            block_bytes) for g in groups}
+        ordered = csr_ordered_values(self.writers.values(),
+                                     [s for s in comp.steps if not isinstance(s, FusedGroup)],
+                                     comp.results)
+        for writer in self.writers.values():
+            writer.csr_ordered = ordered
+
+    def writes(self, step):
+        return step in self.writers
+
+    def group_cost(self, group, device):
+        from ngnn.transformers.numpy import kernels as K
+        writer = self.writers[group]
+        graph, end = group.graph, group.at
+        other = "src" if end == "dst" else "dst"
+        products, skipped = writer.sparse_products(other)
+        blocks = len(K.blocks(graph, end, writer.edge_block_limit()))
+        edges, nodes = graph.num_edges, graph.num_nodes
+        context = Block(writer, device, blocks, edges, nodes, end)
+        # Once per call: per-head copies of the product sources, and the dropout masks.
+        cost = Cost(kind="fused", calls=1)
+        for x, weight in {(x, w) for x, w in products.values()}:
+            heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+            cost = cost + (passes(device, 0, 2 * nbytes(x)) if heads > 1 else Cost(calls=1))
+        masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
+                 if isinstance(op, Dropout)}
+        for op in masks.values():
+            draws = int(np.prod(op.shape, dtype=np.int64))
+            cost = cost + Cost(draws / device.dropout_rate, draws, draws)
+        # Per block: edge ids, the other ends and segment bounds (views), segment ids.
+        cost = cost + Cost(edges / device.repeat_rate, 0, 16 * edges, calls=6 * blocks)
+        for op in group.ops:
+            if op not in skipped:
+                cost = cost + context.member(op, products)
+        for op in group.outputs:
+            if not (isinstance(op, Aggregate) and op.at == end):
+                cost = cost + context.store(op)
+        return cost
+
+
+class Block:
+    """Prices a fused group's members as its generated block loop runs them: every
+    statement once per block, its work summed over the blocks."""
+
+    def __init__(self, writer, device, blocks, edges, nodes, end):
+        self.writer, self.device, self.blocks = writer, device, blocks
+        self.edges, self.nodes, self.end = edges, nodes, end
+        self.members = set(writer.group.ops)
+
+    def rows(self, op):
+        return self.edges if op.scope == "e" else self.nodes
+
+    def read(self, arg, user):
+        """Reading a group input's block rows: a slice, or np.take by edge ids."""
+        if arg in self.members or self.writer.rows_of(arg, user) != "edges":
+            return Cost(calls=0)
+        if arg in self.writer.csr_ordered and self.end == "dst":
+            return Cost(calls=0)
+        return primitive(self.device, "take", self.edges, row_width(arg), self.edges,
+                         calls=self.blocks)
+
+    def member(self, op, products):
+        device, blocks, edges = self.device, self.blocks, self.edges
+        if isinstance(op, Gather):
+            return primitive(device, "take", edges, row_width(op), op.args[0].shape[0],
+                             calls=blocks)
+        if isinstance(op, Aggregate):
+            return self.aggregate(op, products)
+        reads = Cost(calls=0)
+        for arg in op.args:
+            reads = reads + self.read(arg, op)
+        if isinstance(op, EdgeSoftmax):
+            width, element = row_width(op), edges * row_elements(op)
+            return reads + Cost(edges / device.repeat_rate, calls=blocks) + \
+                primitive(device, "segment", 2 * edges, width, calls=2 * blocks) + \
+                primitive(device, "fancy", 2 * self.nodes, width, calls=2 * blocks) + \
+                primitive(device, "take", 2 * edges, width, self.nodes / blocks,
+                          calls=2 * blocks) + \
+                passes(device, element, 3 * element * 8, calls=3 * blocks,
+                       transcendental=element)
+        if isinstance(op, Dropout):
+            rows = self.rows(op)
+            elements = rows * row_elements(op)
+            keep = Cost(calls=0)
+            if self.writer.is_edge_sized(op):            # keep[eids]: fancy rows of bytes
+                keep = primitive(device, "fancy", rows, row_elements(op) / 4, rows,
+                                 calls=blocks)
+            return reads + keep + passes(device, elements, elements * 17, calls=3 * blocks)
+        if _is_view_template(op):
+            return Cost(calls=blocks)
+        cost = elementwise(op, device)
+        cost.calls = blocks
+        return reads + cost
+
+    def aggregate(self, op, products):
+        device, blocks, edges = self.device, self.blocks, self.edges
+        width, out = row_width(op), nbytes(op)
+        mean = passes(device, 0, 2 * out) if op.reduce == "mean" else Cost(calls=0)
+        if op in products:
+            x, weight = products[op]
+            heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+            data = passes(device, 0, 4 * edges, calls=blocks)      # the product's data
+            if weight is not None and weight not in self.members:
+                data = data + self.read(weight, op)
+            fill = passes(device, 0, out, calls=blocks * heads)
+            product = primitive(device, "spmm", edges * heads, width / heads, x.shape[0],
+                                calls=blocks * heads)
+            if heads > 1:          # the weights by head, and the heads back into rows
+                data = data + passes(device, 0, 8 * edges * heads, calls=blocks)
+                fill = fill + passes(device, 0, 2 * out, calls=2 * blocks)
+            return data + fill + product + mean
+        reads = self.read(op.args[0], op)
+        return reads + passes(device, 0, out, calls=blocks) + \
+            primitive(device, "segment", edges, width, calls=blocks) + \
+            primitive(device, "fancy", self.nodes, width, calls=2 * blocks) + mean
+
+    def store(self, op):
+        """The block's rows of an output written into its tensor."""
+        if not self.writer.is_edge_sized(op) or (op in self.writer.csr_ordered and
+                                                 self.end == "dst"):
+            return passes(self.device, 0, 2 * nbytes(op), calls=self.blocks)
+        return primitive(self.device, "fancy", self.edges, row_width(op), self.edges,
+                         calls=self.blocks)
+
+
+def _is_view_template(op):
+    template = getattr(op, "numpy", None)
+    return isinstance(template, str) and template.startswith("{out} = ")
