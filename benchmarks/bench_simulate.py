@@ -1,17 +1,26 @@
 """Predicted against measured time per training step (NumPy transformer, this machine).
 
-    python benchmarks/bench_simulate.py                    # calibrate, then every config
-    python benchmarks/bench_simulate.py --nodes 20000 100000 --models gcn gat --steps 10
+    python benchmarks/bench_simulate.py                  # calibrate, then every configuration
+    python benchmarks/bench_simulate.py --nodes 100000 --models gcn gat --ranks 1 --steps 5
 
-Calibrates first (the same run, so the same machine load), then for each model and R-MAT
-size predicts a training step with `ngnn.simulate` and times `--steps` real steps after a
-warm-up. The machine may be shared: other processes only ever slow a step down, so the
-fastest step is this machine's figure (calibration takes the best of its repetitions too);
+Calibrates first (`ngnn calibrate`, MPI included), then for each model, R-MAT size, rank
+count and partition policy predicts a training step with `ngnn.simulate` (ranks: each
+rank's computation built through the distributed lowering, no MPI started) and measures
+real steps after a warm-up: in this process for 1 rank, under `mpiexec -n K` (this script
+as the worker) for K ranks, where a step is the slowest rank's, timed between barriers.
+
+The machine may be shared with other jobs, which only ever slow a step down: the fastest
+measured step is this machine's figure (calibration takes the best of its rounds too);
 the median is printed beside it to show the load. Prints a markdown table, the mean
 absolute percentage error, the largest error, and Kendall's tau between the predicted and
-measured rankings.
+the measured rankings; then, for single-process steps, each graph op's (fused group's)
+predicted time against its fastest measured time (the generated code timed line by line).
 """
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -22,55 +31,145 @@ from ngnn import transformers as ngt
 from ngnn.cli import _fill_defaults, load_dataset, make_parser, make_trainer
 
 
-def measure(model, nodes, steps, topology):
-    args = make_parser().parse_args(["bench", "--model", model, "--dataset", "rmat",
-                                     "--num-nodes", str(nodes)])
+def cli_args(model, nodes, policy=None):
+    argv = ["bench", "--model", model, "--dataset", "rmat", "--num-nodes", str(nodes)]
+    args = make_parser().parse_args(argv + (["--partition", policy] if policy else []))
     _fill_defaults(args)
     args.backend = "numpy"
-    trainer = make_trainer(args, load_dataset(args), 0,
-                           transformer=ngt.make_transformer("numpy"))
-    predicted = simulate.predict(trainer.train_step, topology).step_time
+    return args
+
+
+def single(model, nodes, steps, topology, data):
+    """(predicted, fastest, median, [(op, predicted, measured)]) of one process's step."""
+    from ngnn.simulate.measure import measure_steps
+    from ngnn.simulate.simulator import step_name
+    args = cli_args(model, nodes)
+    trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
+    report = simulate.predict(trainer.train_step, topology)
     trainer.step()                                   # compiles
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         trainer.step(False)
         times.append(time.perf_counter() - start)
+    measured = measure_steps(trainer.train_step, lambda: trainer.step(False),
+                             repeats=max(2, steps // 2))
+    predicted = {step.name: step.seconds for step in report.ops}
+    graph_ops = [(step_name(s), predicted[step_name(s)], t) for s, t in measured.items()
+                 if not hasattr(s, "args")]
     trainer.transformer.close()
-    return predicted, min(times), float(np.median(times))
+    return report.step_time, min(times), float(np.median(times)), graph_ops
+
+
+def ranked(model, nodes, parts, policy, topology, data):
+    """The predicted step of `parts` ranks, built here through the distributed lowering."""
+    def build(part, comm):
+        args = cli_args(model, nodes)
+        args.part = part
+        return make_trainer(args, data, 0, comm=comm, transformer=ngt.make_transformer("numpy"))
+    trainers = simulate.build_trainers(build, data, parts, policy)
+    prediction = simulate.predict_training(build, data, topology, parts, policy, trainers)
+    for trainer in trainers[0]:
+        trainer.transformer.close()
+    return prediction.step_time
+
+
+def measure_ranks(model, nodes, parts, policy, steps):
+    """(fastest, median) step of `parts` MPI ranks: this script as the worker."""
+    command = ["mpiexec", "-n", str(parts), sys.executable, os.path.abspath(__file__),
+               "--worker", model, str(nodes), policy, str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(
+        os.path.abspath(__file__)))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    return result["fastest"], result["median"]
+
+
+def worker(model, nodes, policy, steps):
+    """Run by mpiexec: each rank builds its part's trainer as `ngnn bench` does and times
+    steps between barriers; rank 0 prints the slowest rank's times."""
+    from mpi4py import MPI
+    from ngnn.distributed import launch
+    comm = MPI.COMM_WORLD
+    args = cli_args(model, nodes, policy)
+    data = load_dataset(args)
+    args.part = launch.local_part(data, policy)
+    trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
+    trainer.step()
+    times = []
+    for _ in range(steps):
+        comm.Barrier()
+        start = time.perf_counter()
+        trainer.step(False)
+        times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+    if comm.Get_rank() == 0:
+        print(json.dumps({"fastest": min(times), "median": float(np.median(times))}),
+              flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["gcn", "sage", "gat"])
-    parser.add_argument("--nodes", nargs="+", type=int, default=[20000, 100000])
-    parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--nodes", nargs="+", type=int, default=[100000, 500000])
+    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--policies", nargs="+", default=["cvc", "metis"])
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--profile", help="a profile to use instead of calibrating now")
     args = parser.parse_args()
     if args.profile:
         topology = simulate.Topology.load(args.profile)
     else:
-        topology, path = simulate.calibrate()
-        print(f"calibrated: {path}")
-    rows = []
+        start = time.perf_counter()
+        topology, path, notes = simulate.calibrate()
+        print(f"calibrated in {time.perf_counter() - start:.1f} s: {path}",
+              *(f"({note})" for note in notes))
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
+    rows, per_op = [], []
     for nodes in args.nodes:
         for model in args.models:
-            predicted, fastest, median = measure(model, nodes, args.steps, topology)
-            rows.append((model, nodes, predicted, fastest, median))
-            print(f"{model} R-MAT {nodes}: predicted {1e3 * predicted:.1f} ms, measured "
-                  f"{1e3 * fastest:.1f} ms (median {1e3 * median:.1f} ms)", flush=True)
-    errors = [abs(p - m) / m for _, _, p, m, _ in rows]
-    print("\n| model | R-MAT nodes | predicted step (ms) | measured, fastest (ms) | "
-          "measured, median (ms) | error |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for model, nodes, p, m, median in rows:
-        print(f"| {model} | {nodes} | {1e3 * p:.1f} | {1e3 * m:.1f} | {1e3 * median:.1f} | "
-              f"{100 * (p - m) / m:+.0f}% |")
-    tau = kendalltau([r[2] for r in rows], [r[3] for r in rows])[0] if len(rows) > 1 \
+            data = load_dataset(cli_args(model, nodes))
+            for parts in args.ranks:
+                for policy in (args.policies if parts > 1 else ["-"]):
+                    if parts == 1:
+                        p, m, median, ops = single(model, nodes, args.steps, topology, data)
+                        per_op += [(model, nodes) + op for op in ops]
+                    else:
+                        p = ranked(model, nodes, parts, policy, topology, data)
+                        m, median = measure_ranks(model, nodes, parts, policy, args.steps)
+                    rows.append((model, nodes, parts, policy, p, m, median))
+                    print(f"{model} R-MAT {nodes}, {parts} rank(s) {policy}: predicted "
+                          f"{1e3 * p:.1f} ms, measured {1e3 * m:.1f} ms (median "
+                          f"{1e3 * median:.1f} ms), load average {os.getloadavg()[0]:.1f}",
+                          flush=True)
+    errors = [abs(r[4] - r[5]) / r[5] for r in rows]
+    print("\n| model | R-MAT nodes | ranks | policy | predicted step (ms) | measured, fastest "
+          "(ms) | measured, median (ms) | error |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|")
+    for model, nodes, parts, policy, p, m, median in rows:
+        print(f"| {model} | {nodes} | {parts} | {policy} | {1e3 * p:.1f} | {1e3 * m:.1f} | "
+              f"{1e3 * median:.1f} | {100 * (p - m) / m:+.1f}% |")
+    tau = kendalltau([r[4] for r in rows], [r[5] for r in rows])[0] if len(rows) > 1 \
         else float("nan")
     print(f"\nMAPE {100 * np.mean(errors):.1f}%, largest error {100 * max(errors):.1f}%, "
           f"Kendall tau {tau:.2f} over {len(rows)} configurations")
+    if per_op:
+        print("\n| model | R-MAT nodes | graph op (fused group) | predicted (ms) | measured, "
+              "fastest (ms) | error |")
+        print("|---|---:|---|---:|---:|---:|")
+        for model, nodes, name, p, m in per_op:
+            print(f"| {model} | {nodes} | {name} | {1e3 * p:.2f} | {1e3 * m:.2f} | "
+                  f"{100 * (p - m) / m:+.1f}% |")
+        op_errors = [abs(p - m) / m for *_, p, m in per_op]
+        print(f"\ngraph ops: mean absolute error {100 * np.mean(op_errors):.1f}%, largest "
+              f"{100 * max(op_errors):.1f}%, within 20%: "
+              f"{sum(e <= 0.2 for e in op_errors)} of {len(op_errors)}")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--worker"]:
+        model, nodes, policy, steps = sys.argv[2:6]
+        worker(model, int(nodes), policy, int(steps))
+    else:
+        main()

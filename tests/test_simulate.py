@@ -2,6 +2,7 @@
 and the calibrate and simulate commands."""
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -46,18 +47,30 @@ def test_costs_are_positive_and_add_up(model, transformer_factory):
     assert report.ops and all(step.seconds > 0 for step in report.ops)
     assert report.step_time == pytest.approx(sum(step.seconds for step in report.ops))
     assert sum(report.by_kind().values()) == pytest.approx(report.step_time)
-    # A group costs its members' work plus one call.
+    # A GPU kernel group costs its members' work plus one launch.
     device = topology().device()
-    groups = [step for step in comp.steps if not hasattr(step, "args")]
-    for group in groups:
-        folded = simulate.cost.folded_into_products(group, device)
-        members = sum(simulate.cost.work(op, device, topology()).seconds
-                      for op in group.ops if op not in folded)
+    for group in (step for step in comp.steps if type(step).__name__ == "KernelGroup"):
+        members = sum(simulate.cost.work(op, device, topology()).seconds for op in group.ops)
         assert simulate.step_cost(group, device, topology()).seconds == \
             pytest.approx(members + device.call_overhead)
     # Starts follow one another: the NumPy transformer runs its steps in order.
     ends = np.cumsum([step.seconds for step in report.ops])
     assert np.allclose([step.start for step in report.ops[1:]], ends[:-1])
+
+
+def test_a_numpy_group_pays_per_block():
+    """Smaller blocks: the same work in more statements, each paying the call overhead."""
+    from ngnn import transformers as ngt
+    args = make_parser().parse_args(["bench", "--model", "gat", *SBM])
+    _fill_defaults(args)
+    costs = []
+    for block_bytes in (8 << 20, 2048):
+        transformer = ngt.make_transformer("numpy", fusion_block_bytes=block_bytes)
+        trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
+        report = simulate.predict(trainer.train_step, topology())
+        costs.append(report.by_kind()["fused"])
+        transformer.close()
+    assert costs[1] > costs[0]
 
 
 def test_more_edges_cost_more():
@@ -103,13 +116,28 @@ def test_the_trace_is_chrome_json_with_one_event_per_step(tmp_path, transformer_
 
 def test_all_reduce_follows_the_alpha_beta_model():
     class Ranks:
-        rank, size = 0, 4
+        rank, size = 0, 2
     x = Placeholder((1000,), np.float32)
-    cost = simulate.cost.communication(AllReduce(x, Ranks()), topology(), 0)
+    device = topology().device()
+    cost = simulate.cost.communication(AllReduce(x, Ranks()), device, topology(), 0)
     link = topology().link()
-    # A ring: 2 (p - 1) messages of a quarter of 4000 bytes each.
-    assert cost.comm_bytes == 6 * 1000
-    assert cost.seconds == pytest.approx(6 * link.latency + 6000 / link.bandwidth)
+    assert cost.comm_bytes == 4000
+    assert cost.seconds == pytest.approx(link.allreduce_latency + 4000 / link.allreduce_bandwidth)
+    Ranks.size = 1
+    assert simulate.cost.communication(AllReduce(x, Ranks()), device, topology(), 0).seconds == 0
+
+
+def test_curves_interpolate_between_measured_points():
+    curve = simulate.Curve([1e3, 1e5], [1, 4, 16], [[1.0, 2.0, 4.0], [2.0, 4.0, 8.0]])
+    assert curve(4, 1e3) == pytest.approx(2.0) and curve(16, 1e5) == pytest.approx(8.0)
+    assert curve(2, 1e3) == pytest.approx(2 ** 0.5)            # log-linear in width
+    assert curve(4, 1e4) == pytest.approx(8 ** 0.5)            # and in table rows
+    assert curve(4, 10) == pytest.approx(2.0) and curve(4, 1e9) == pytest.approx(4.0)
+    assert curve(64, 1e3) == pytest.approx(16.0)               # past the widest: per element
+    with pytest.raises(ValueError, match="rows and widths must be increasing"):
+        simulate.Curve([2, 1], [1], [[1.0], [1.0]])
+    with pytest.raises(ValueError, match="seconds must be 1 rows of 2 figures"):
+        simulate.Curve([1], [1, 2], [[1.0]])
 
 
 def test_topology_round_trips_through_json(tmp_path):
@@ -204,3 +232,114 @@ def test_calibrate_writes_the_default_profile(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "profile.json").exists()
     assert main(["simulate", "--model", "sage", *SBM]) == 0
     assert re.search(BENCH_SHAPE, capsys.readouterr().out)
+
+
+def test_calibrate_without_mpi4py_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)          # import mpi4py fails
+    assert main(["calibrate", "--quick", "--out", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "mpi4py is not installed" in out and "MPI not measured" in out
+
+
+def test_calibrate_measures_two_mpi_ranks():
+    pytest.importorskip("mpi4py")
+    measured, why = simulate.calibration.measure_mpi(quick=True)
+    assert why is None, why
+    assert measured["latency"] > 0 and measured["bandwidth"] > 0
+    assert measured["allreduce_latency"] > 0 and measured["contention"] >= 1
+
+
+def quick_profile(tmp_path_factory, cache={}):
+    if "topology" not in cache:
+        path = tmp_path_factory.mktemp("profile") / "profile.json"
+        cache["topology"] = simulate.calibrate(str(path), quick=True, mpi=False)[0]
+    return cache["topology"]
+
+
+def test_graph_op_predictions_are_near_their_measured_times(tmp_path_factory):
+    """Per-op accuracy with a generous bound (a quick calibration on a shared machine; the
+    figures are benchmarks/bench_simulate.py's): every fused group and graph op of a GCN
+    and a GAT step within 3x of its fastest measured time."""
+    from ngnn import transformers as ngt
+    from ngnn.simulate.measure import measure_steps
+    topology_ = quick_profile(tmp_path_factory)
+    for model in ("gcn", "gat"):
+        args = make_parser().parse_args(["bench", "--model", model, "--dataset", "rmat",
+                                         "--num-nodes", "5000"])
+        _fill_defaults(args)
+        trainer = make_trainer(args, load_dataset(args), 0,
+                               transformer=ngt.make_transformer("numpy"))
+        trainer.step()
+        report = simulate.predict(trainer.train_step, topology_)
+        measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=3)
+        predicted = {step.name: step.seconds for step in report.ops}
+        graph = [(simulate.simulator.step_name(s), t) for s, t in measured.items()
+                 if not hasattr(s, "args")]
+        assert graph
+        for name, seconds in graph:
+            assert seconds / 3 < predicted[name] < 3 * seconds, (model, name)
+        # Every step the transformer runs is priced, and every priced step ran.
+        assert {simulate.simulator.step_name(s) for s in measured} == set(predicted)
+        trainer.transformer.close()
+
+
+def test_ranks_are_predicted_from_their_own_computations(tmp_path_factory):
+    """Two ranks of a cvc partition, built as mpiexec would build them (no MPI started):
+    each rank's peak is its memory plan's, and the step waits at every exchange."""
+    pytest.importorskip("mpi4py")
+    from ngnn import transformers as ngt
+    args = make_parser().parse_args(["bench", "--model", "gcn", *SBM])
+    _fill_defaults(args)
+    data = load_dataset(args)
+
+    def build(part, comm):
+        args.part = part
+        return make_trainer(args, data, 0, comm=comm, transformer=ngt.make_transformer("numpy"))
+
+    prediction = simulate.predict_training(build, data, topology(), parts=2, policy="cvc")
+    trainers = [r for r in prediction.reports]
+    assert len(trainers) == 2 and prediction.replication_factor > 1
+    built, _ = simulate.build_trainers(build, data, 2, "cvc")
+    assert prediction.peak_bytes == [t.train_step.memory_plan.peak_bytes for t in built]
+    exchanges = [[s for s in report.ops if s.kind == "comm"] for report in prediction.reports]
+    assert len(exchanges[0]) == len(exchanges[1]) > 0
+    assert prediction.communication > 0
+    assert prediction.step_time >= max(r.step_time - sum(s.seconds for s in e)
+                                       for r, e in zip(prediction.reports, exchanges))
+    one = simulate.predict_training(build, data, topology(), parts=1)
+    assert one.peak_bytes == [built[0].train_step.memory_plan.peak_bytes] or \
+        len(one.peak_bytes) == 1
+
+
+def test_joint_timeline_meets_at_each_exchange():
+    from ngnn.simulate.ranks import joint_timeline
+
+    class Step:
+        def __init__(self, kind, seconds):
+            self.kind, self.seconds = kind, seconds
+
+    class Report:
+        def __init__(self, steps):
+            self.ops = [Step(k, s) for k, s in steps]
+    fast = Report([("dense", 1.0), ("comm", 0.5), ("dense", 1.0)])
+    slow = Report([("dense", 3.0), ("comm", 0.25), ("dense", 1.0)])
+    total, compute, communication, waiting = joint_timeline([fast, slow], topology())
+    assert total == pytest.approx(3.0 + 0.5 + 1.0)
+    assert (compute, communication, waiting) == pytest.approx((4.0, 0.5, 0.0))
+    with pytest.raises(ValueError, match="differ in their communication ops"):
+        joint_timeline([fast, Report([("dense", 1.0)])], topology())
+
+
+def test_what_ifs_are_ranked(tmp_path, capsys):
+    pytest.importorskip("mpi4py")
+    profile = tmp_path / "profile.json"
+    topology().save(profile)
+    assert main(["simulate", "--model", "gcn", *SBM, "--parts", "1", "2", "--partition",
+                 "cvc", "oec", "--topology", str(profile), "h100"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert len(rows) == 6                      # (1 process + 2 ranks x 2 policies) x 2
+    times = [float(line.split("|")[3]) for line in rows]
+    assert times == sorted(times)
+    assert sum("(unvalidated)" in line for line in rows) == 3
+    assert "2 ranks (oec)" in out and "replication factor" in out

@@ -27,11 +27,14 @@ import tempfile
 import time
 
 import numpy as np
+import scipy.special
 
 from .. import philox
 from .topology import Curve, Device, Link, Topology
 
 WIDTHS = (1, 4, 8, 16, 64)
+SMALL_BLOCKS = 25            # spmm_blocked: the block of edges cut into this many
+FUNCTION_SIZES = {False: (1 << 18, 1 << 22), True: (1 << 14, 1 << 16)}
 TABLE_ROWS = (100_000, 500_000)
 BLOCK_EDGES = 500_000
 
@@ -90,10 +93,14 @@ def graph_timings(quick, rng):
     timings = {}
     scratch = np.empty(block * 2 * top, np.float32)
     result = np.empty(max(tables) * top, np.float32)
+    small = max(block // SMALL_BLOCKS, 1)
     for rows in tables:
         indptr, cols = rmat_block(rows, block, seed=1)
         n_v, n_e = len(indptr) - 1, len(cols)
         data = np.ones(n_e, np.float32)
+        # The same edges in blocks of `small` edges, as a group with edge values runs them.
+        starts = np.searchsorted(indptr, np.arange(0, n_e, small), side="right") - 1
+        bounds = list(zip(starts, list(starts[1:]) + [n_v]))
         for w in widths:
             x = rng.standard_normal((rows, w), dtype=np.float32)
             gathered, out = _view(scratch, (n_e, w)), _view(result, (n_v, w))
@@ -102,10 +109,15 @@ def graph_timings(quick, rng):
             timings["spmm", rows, w] = (
                 lambda x=x, o=out, p=indptr, c=cols, n=n_v, r=rows, d=data:
                 K.csr_product((n, r), p, c, d, x, o), n_e)
+            timings["spmm_blocked", rows, w] = (
+                lambda x=x, o=out, p=indptr, c=cols, r=rows, d=data, b=bounds: [
+                    K.csr_product((v1 - v0, r), p[v0:v1 + 1] - p[v0], c[p[v0]:p[v1]],
+                                  d[p[v0]:p[v1]], x, o[v0:v1]) for v0, v1 in b], n_e)
     rows = tables[0]
     indptr, _ = rmat_block(rows, block, seed=2)
     n_v, n_e = len(indptr) - 1, int(indptr[-1])
     order = rng.permutation(n_e)
+    ends = K.segment_ids(indptr, 0)
     values = rng.standard_normal(n_e * top, dtype=np.float32)
     for w in widths:
         edge_rows = _view(values, (n_e, w))
@@ -116,6 +128,8 @@ def graph_timings(quick, rng):
         timings["segment", rows, w] = (
             lambda v=edge_rows, o=out: K.segment_reduce(v, indptr, "max", o), n_e)
         timings["fancy", rows, w] = (lambda v=edge_rows: v[order], n_e)
+        timings["take_sorted", rows, w] = (
+            lambda x=x, g=_view(scratch, (n_e, w)): np.take(x, ends, axis=0, out=g), n_e)
         timings["row_sum", rows, w] = (
             lambda x=x, r=reduced: np.einsum("ab->a", x, out=r), rows)
         timings["column_sum", rows, w] = (
@@ -125,12 +139,70 @@ def graph_timings(quick, rng):
     return timings, tables, widths
 
 
+def product_timings(quick, rng):
+    """{("matmul" or "matmul_t", inner, outer): (function, long rows)}: a layer's product
+    (rows, inner) @ (inner, outer) and its weight gradient (inner, rows) @ (rows, outer),
+    each per row of the long axis (BLAS's speed depends on the narrow sizes)."""
+    rows = 20_000 if quick else 100_000
+    sizes = (4, 16) if quick else (4, 16, 64)
+    timings = {}
+    for inner in sizes:
+        a = rng.standard_normal((rows, inner), dtype=np.float32)
+        for outer in sizes:
+            w = rng.standard_normal((inner, outer), dtype=np.float32)
+            d = rng.standard_normal((rows, outer), dtype=np.float32)
+            out, grad = np.empty((rows, outer), np.float32), np.empty_like(w)
+            timings["matmul", inner, outer] = (
+                lambda a=a, w=w, o=out: np.matmul(a, w, out=o), rows)
+            timings["matmul_t", inner, outer] = (
+                lambda a=a, d=d, g=grad: np.matmul(a.T, d, out=g), rows)
+    return timings, sizes
+
+
+def function_timings(quick, rng):
+    """{(NumPy function, elements, 1): (function, elements)}: the functions of the ops'
+    NumPy templates, per element, on a cached and an uncached array."""
+    timings = {}
+    for elements in FUNCTION_SIZES[quick]:
+        for name, run in _functions(rng, elements).items():
+            timings[name, elements, 1] = (run, elements)
+    return timings
+
+
+def _functions(rng, elements):
+    x = rng.standard_normal(elements, dtype=np.float32)
+    y = np.abs(rng.standard_normal(elements, dtype=np.float32)) + 1
+    out = np.empty_like(x)
+    return {
+        "np.add": lambda: np.add(x, y, out=out),
+        "np.subtract": lambda: np.subtract(x, y, out=out),
+        "np.multiply": lambda: np.multiply(x, y, out=out),
+        "np.divide": lambda: np.divide(x, y, out=out),
+        "np.maximum": lambda: np.maximum(x, y, out=out),
+        "np.minimum": lambda: np.minimum(x, y, out=out),
+        "np.greater": lambda: np.greater(x, y, out=out),
+        "np.equal": lambda: np.equal(x, y, out=out),
+        "np.negative": lambda: np.negative(x, out=out),
+        "np.absolute": lambda: np.absolute(x, out=out),
+        "np.sign": lambda: np.sign(x, out=out),
+        "np.exp": lambda: np.exp(x, out=out),
+        "np.log": lambda: np.log(y, out=out),
+        "np.expm1": lambda: np.expm1(x, out=out),
+        "np.tanh": lambda: np.tanh(x, out=out),
+        "np.sqrt": lambda: np.sqrt(y, out=out),
+        "np.power": lambda: np.power(y, 0.5, out=out),
+        "np.where": lambda: np.where(x > 0, x, y),
+        "np.copyto": lambda: np.copyto(out, x),
+        "scipy.special.expit": lambda: scipy.special.expit(x, out=out),
+    }
+
+
 def measure(quick=False, seed=0):
     """({scalar rate: value}, {primitive: Curve}) for this machine."""
     from ..transformers.numpy import kernels as K
     rng = np.random.default_rng(seed)
     rows, width = (20000, 32) if quick else (200000, 64)
-    rounds = 3 if quick else 6
+    rounds = 3 if quick else 5
     a = rng.standard_normal((rows, width), dtype=np.float32)
     w = rng.standard_normal((width, 16), dtype=np.float32)
     narrow = np.empty((rows, 16), np.float32)
@@ -146,17 +218,23 @@ def measure(quick=False, seed=0):
         "dropout_rate": (lambda: philox.dropout(a, seed, 0, 0.5, out), a.size),
         "repeat_rate": (lambda: K.segment_ids(seg, 0), 10 * rows),
     }
+    heads = rng.standard_normal((rows // 4, 8, 8), dtype=np.float32)
+    scalars["transpose_rate"] = (lambda: K.by_head(heads, 8), 2 * heads.nbytes)
     graph, tables, widths = graph_timings(quick, rng)
-    timings = {key: run for key, (run, _) in {**scalars, **graph}.items()}
+    products, sizes = product_timings(quick, rng)
+    functions = function_timings(quick, rng)
+    measured = {**graph, **products, **functions}
+    timings = {key: run for key, (run, _) in {**scalars, **measured}.items()}
     best = _fastest(timings, rounds)
     rates = {key: items / best[key] for key, (_, items) in scalars.items()}
     rates["call_overhead"] = call_overhead(rounds)
     curves = {}
-    for name in sorted({key[0] for key in graph}):
-        measured = sorted({key[1] for key in graph if key[0] == name})
-        curves[name] = Curve(measured, list(widths),
-                             [[best[name, r, w] / graph[name, r, w][1] for w in widths]
-                              for r in measured])
+    for name in sorted({key[0] for key in measured}):
+        along = sorted({key[1] for key in measured if key[0] == name})
+        across = sorted({key[2] for key in measured if key[0] == name})
+        curves[name] = Curve(along, across,
+                             [[best[name, r, w] / measured[name, r, w][1] for w in across]
+                              for r in along])
     return rates, curves
 
 

@@ -21,6 +21,8 @@ rate of its primitive, plus the device's overhead per statement:
 A device without curves (the GPU presets) prices graph primitives by its scalar rates,
 and a kernel group (GPU transformer) as its members' work in one call.
 """
+import re
+
 import numpy as np
 
 from ..op_graph import (Aggregate, AllReduce, Assign, Constant, Dot, Dropout, EdgeSoftmax,
@@ -29,6 +31,7 @@ from ..op_graph import (Aggregate, AllReduce, Assign, Constant, Dot, Dropout, Ed
 from ..passes.buffer_sharing import is_group
 
 LEAVES = (Placeholder, Variable, Constant)
+FUNCTION = re.compile(r"((?:np|scipy\.special)\.\w+)\(")
 TRANSCENDENTAL = ("np.exp", "np.log", "np.expm1", "np.tanh", "expit", "np.power",
                   "np.sqrt")
 
@@ -76,9 +79,9 @@ def per_item(device, primitive, width, rows=None):
     if curve is not None:
         return curve(width, rows)
     row = 4 * width
-    if primitive in ("take", "fancy"):
+    if primitive in ("take", "take_sorted", "fancy"):
         return (2 * row + 8) / device.gather_bandwidth
-    if primitive == "spmm":
+    if primitive in ("spmm", "spmm_blocked"):
         return width / device.spmm_rate + 8 / device.gather_bandwidth
     if primitive == "segment":
         return width / device.segment_rate
@@ -91,6 +94,20 @@ def primitive(device, name, items, width, rows=None, calls=1, moved=0.0):
     """`calls` statements of primitive `name` over `items` items in all."""
     seconds = items * per_item(device, name, width, rows)
     return Cost(seconds, 0, moved or items * 4 * width, kind="graph", calls=calls)
+
+
+def product(device, edges, width, rows, block_edges, calls):
+    """CSR products over `edges` edges in blocks of `block_edges`, reading `width` floats
+    per row from a table of `rows` rows: between the calibrated cost per edge of one large
+    block and of small blocks (log-linear in the block's edges)."""
+    from .calibration import BLOCK_EDGES, SMALL_BLOCKS
+    large = per_item(device, "spmm", width, rows)
+    small = per_item(device, "spmm_blocked", width, rows) if \
+        "spmm_blocked" in device.curves else large
+    low, high = np.log(BLOCK_EDGES / SMALL_BLOCKS), np.log(BLOCK_EDGES)
+    t = float(np.clip((np.log(max(block_edges, 1)) - low) / (high - low), 0, 1))
+    seconds = edges * float(np.exp(np.log(small) + t * (np.log(large) - np.log(small))))
+    return Cost(seconds, 2 * edges * width, edges * 4 * width, kind="graph", calls=calls)
 
 
 def passes(device, elements, moved, calls=1, transcendental=0):
@@ -121,8 +138,10 @@ def step_cost(step, device, topology, rank=0, views=(), plan=None):
 
 def work(op, device, topology, rank=0, views=()):
     """The cost of the work of one op, without the call overheads."""
-    if isinstance(op, LEAVES) or op in views:
+    if isinstance(op, LEAVES):
         return Cost(kind="view", calls=0)
+    if op in views:                          # one statement binding a view
+        return Cost(kind="view")
     if isinstance(op, (MirrorReduce, MasterBroadcast, AllReduce)):
         return communication(op, device, topology, rank)
     if isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
@@ -152,26 +171,42 @@ def work(op, device, topology, rank=0, views=()):
 
 
 def elementwise(op, device, rows=None):
-    """An op's NumPy template over `rows` of its rows (default all): one pass over its
-    operands per NumPy function in the template."""
+    """An op's NumPy template over `rows` of its rows (default all): each NumPy function
+    in it at its calibrated cost per element, else one pass over the operands each."""
     fraction = 1.0 if rows is None or not op.shape else rows / max(op.shape[0], 1)
     template = op.numpy if isinstance(getattr(op, "numpy", None), str) else ""
     if isinstance(op, OneHot):
-        template = "np.equal"
-    calls = max(1, template.count("np.") - template.count("np.copyto(") -
-                template.count("np.float") - template.count("np.int"))
+        template = "np.equal("
+    functions = FUNCTION.findall(template)
+    if " > " in template:
+        functions.append("np.greater")
+    elements = fraction * max(size(op), max((size(a) for a in op.args if not a.is_sparse),
+                                            default=0))
     moved = fraction * (nbytes(op) + sum(nbytes(a) for a in op.args if not a.is_sparse))
+    if device.curves and functions and all(f in device.curves for f in functions):
+        seconds = sum(device.curves[f](1, elements) for f in functions) * elements
+        return Cost(seconds, elements, len(functions) * moved)
+    calls = max(1, len(functions))
     heavy = sum(template.count(name) for name in TRANSCENDENTAL)
-    return passes(device, fraction * size(op), calls * moved, calls=1,
-                  transcendental=heavy * fraction * size(op))
+    return passes(device, elements, calls * moved, transcendental=heavy * elements)
 
 
 def dense_product(op, device):
+    """A roofline; for the 2-D products of a layer, at least the calibrated cost of BLAS at
+    its narrow sizes: (rows, inner) @ (inner, outer) per row, or the weight gradient
+    (inner, rows) @ (rows, outer) per row of the long axis."""
     a, b = op.args
     inner = a.shape[-1] if a.ndim else 1
     flops = 2 * size(op) * inner
     moved = nbytes(a) + nbytes(b) + nbytes(op)
-    return Cost(max(flops / device.flops, moved / device.memory_bandwidth), flops, moved)
+    seconds = max(flops / device.flops, moved / device.memory_bandwidth)
+    if a.ndim == b.ndim == 2 and "matmul" in device.curves:
+        (m, k), n = a.shape, b.shape[1]
+        if m >= k:
+            seconds = max(seconds, m * device.curves["matmul"](n, k))
+        else:
+            seconds = max(seconds, k * device.curves["matmul_t"](n, m))
+    return Cost(seconds, flops, moved)
 
 
 def dropout(op, device):

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
 from .cost import Cost, elementwise, nbytes, passes, primitive, row_elements, row_width
+from .cost import product as product_cost
 
 
 class NumPyPlan:
@@ -38,11 +39,13 @@ class NumPyPlan:
         blocks = len(K.blocks(graph, end, writer.edge_block_limit()))
         edges, nodes = graph.num_edges, graph.num_nodes
         context = Block(writer, device, blocks, edges, nodes, end)
+        context.block_edges = min(edges, writer.edge_block_limit())
         # Once per call: per-head copies of the product sources, and the dropout masks.
         cost = Cost(kind="fused", calls=1)
         for x, weight in {(x, w) for x, w in products.values()}:
             heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
-            cost = cost + (passes(device, 0, 2 * nbytes(x)) if heads > 1 else Cost(calls=1))
+            cost = cost + (Cost(2 * nbytes(x) / device.transpose_rate, 0, 2 * nbytes(x))
+                           if heads > 1 else Cost(calls=1))
         masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
                  if isinstance(op, Dropout)}
         for op in masks.values():
@@ -82,8 +85,9 @@ class Block:
 
     def member(self, op, products):
         device, blocks, edges = self.device, self.blocks, self.edges
-        if isinstance(op, Gather):
-            return primitive(device, "take", edges, row_width(op), op.args[0].shape[0],
+        if isinstance(op, Gather):       # by the group's own end: rows in order
+            kind = "take_sorted" if op.by == self.end else "take"
+            return primitive(device, kind, edges, row_width(op), op.args[0].shape[0],
                              calls=blocks)
         if isinstance(op, Aggregate):
             return self.aggregate(op, products)
@@ -104,7 +108,7 @@ class Block:
             elements = rows * row_elements(op)
             keep = Cost(calls=0)
             if self.writer.is_edge_sized(op):            # keep[eids]: fancy rows of bytes
-                keep = primitive(device, "fancy", rows, row_elements(op) / 4, rows,
+                keep = primitive(device, "fancy", rows, row_elements(op), rows,
                                  calls=blocks)
             return reads + keep + passes(device, elements, elements * 17, calls=3 * blocks)
         if _is_view_template(op):
@@ -124,8 +128,10 @@ class Block:
             if weight is not None and weight not in self.members:
                 data = data + self.read(weight, op)
             fill = passes(device, 0, out, calls=blocks * heads)
-            product = primitive(device, "spmm", edges * heads, width / heads, x.shape[0],
-                                calls=blocks * heads)
+            # Each head reads its own table; a block reads them all, so all heads' rows
+            # compete for the cache.
+            product = product_cost(device, edges * heads, width / heads, x.shape[0] * heads,
+                                   self.block_edges, blocks * heads)
             if heads > 1:          # the weights by head, and the heads back into rows
                 data = data + passes(device, 0, 8 * edges * heads, calls=blocks)
                 fill = fill + passes(device, 0, 2 * out, calls=2 * blocks)
@@ -140,7 +146,7 @@ class Block:
         if not self.writer.is_edge_sized(op) or (op in self.writer.csr_ordered and
                                                  self.end == "dst"):
             return passes(self.device, 0, 2 * nbytes(op), calls=self.blocks)
-        return primitive(self.device, "fancy", self.edges, row_width(op), self.edges,
+        return primitive(self.device, "fancy", self.edges, row_elements(op), self.edges,
                          calls=self.blocks)
 
 

@@ -8,6 +8,7 @@ allocates are exactly the plan's."""
 import json
 
 from ..files import write_atomically
+from ..op_graph import Assign
 from .cost import LEAVES, is_group, step_cost
 from .numpy_plan import NumPyPlan
 
@@ -83,10 +84,12 @@ def predict(comp, topology, rank=None):
     device = topology.device(rank)
     views = {op for op in comp.ordered_ops if comp.transformer.is_view(op)}
     plan = NumPyPlan(comp) if comp.transformer.name == "numpy" else None
+    into = getattr(comp.memory_plan, "into_variable", {})
     ops, clock = [], 0.0
     for step in comp.steps:
-        if not is_group(step) and isinstance(step, LEAVES):
-            continue          # placeholders, variables and constants are bound, not run
+        if not is_group(step) and (isinstance(step, LEAVES) or isinstance(step, Assign) and
+                                   into.get(step.args[-1]) is step.args[0]):
+            continue          # bound, not run; or an update computed in its variable
         cost = step_cost(step, device, topology, rank, views, plan)
         members = [step_name(op) for op in step.ops] if is_group(step) else [step_name(step)]
         ops.append(StepPrediction(step_name(step), cost, clock, members))

@@ -15,7 +15,7 @@ from ..files import write_atomically
 
 DEVICE_FIELDS = ("flops", "memory_bandwidth", "memory_bytes", "call_overhead")
 GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate",
-               "transcendental_rate", "repeat_rate")
+               "transcendental_rate", "repeat_rate", "transpose_rate")
 OPTIONAL_DEVICE_FIELDS = GRAPH_RATES + ("cores", "curves")
 LINK_FIELDS = ("latency", "bandwidth")
 OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention")
@@ -83,14 +83,14 @@ class Device:
     indexed rows) and to a bandwidth-bound product (multiply-adds/s, one 4-byte row read
     each) when no calibration measured them; `dropout_rate`, `transcendental_rate` and
     `repeat_rate` (elements/s of random masks, of exp, of segment ids) to one element per
-    4 bytes of bandwidth. `curves` ({primitive: Curve}, from calibration) replace the
+    4 bytes of bandwidth, `transpose_rate` (bytes/s of a strided copy) to a quarter of it. `curves` ({primitive: Curve}, from calibration) replace the
     scalar rates of the primitives they measure. `cores`: how many ranks can run on this
     device at once (a CPU host's cores; None for a device per rank)."""
 
     def __init__(self, kind, flops, memory_bandwidth, memory_bytes, call_overhead,
                  gather_bandwidth=None, spmm_rate=None, segment_rate=None,
                  dropout_rate=None, transcendental_rate=None, repeat_rate=None,
-                 cores=None, curves=None, name=None):
+                 transpose_rate=None, cores=None, curves=None, name=None):
         where = f"device {name or kind!r}"
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"topology: {where}: kind must be a non-empty string")
@@ -113,6 +113,8 @@ class Device:
             if transcendental_rate is not None else bound
         self.repeat_rate = _positive(where, "repeat_rate", repeat_rate) \
             if repeat_rate is not None else bound
+        self.transpose_rate = _positive(where, "transpose_rate", transpose_rate) \
+            if transpose_rate is not None else self.memory_bandwidth / 4
         if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int)
                                   or cores < 1):
             raise ValueError(f"topology: {where}: cores must be a positive integer, got "
