@@ -86,7 +86,7 @@ def graph_timings(quick, rng):
     """{(primitive, table rows, width): (function, items)}: the graph primitives at each
     measured width and table size, on scratch buffers shared between widths."""
     from ..transformers.numpy import kernels as K
-    widths = (4, 16) if quick else WIDTHS
+    widths = (1, 4, 16) if quick else WIDTHS
     tables = (5_000, 20_000) if quick else TABLE_ROWS
     block = 50_000 if quick else BLOCK_EDGES
     top = widths[-1]

@@ -132,9 +132,9 @@ class Block:
             # compete for the cache.
             product = product_cost(device, edges * heads, width / heads, x.shape[0] * heads,
                                    self.block_edges, blocks * heads)
-            if heads > 1:          # the weights by head, and the heads back into rows
-                data = data + passes(device, 0, 8 * edges * heads, calls=blocks)
-                fill = fill + passes(device, 0, 2 * out, calls=2 * blocks)
+            if heads > 1:          # the weights by head, and the heads back into rows:
+                moved = 8 * edges * heads + 2 * out             # two strided copies
+                data = data + Cost(moved / device.transpose_rate, 0, moved, calls=3 * blocks)
             return data + fill + product + mean
         reads = self.read(op.args[0], op)
         return reads + passes(device, 0, out, calls=blocks) + \
