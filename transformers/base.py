@@ -125,25 +125,26 @@ class Computation:
             late_pass.do_pass(self)
             self._record(type(late_pass).__name__, self.steps)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
-        if self.exceeds_budget():
+        if self.runs_chunked():
             from ngnn.out_of_core import ChunkedProgram
-            self.executor = ChunkedProgram(self, self.transformer.memory_budget,
-                                           self.transformer.selective_scheduling)
+            self.executor = ChunkedProgram(self)
             self._source = self.executor.source
         else:
             self.transformer.transform_ordered_ops(self)
         self.transformer.compilations += 1
         self.transformed = True
 
-    def exceeds_budget(self):
-        """Whether the transformer's memory_budget makes this computation run chunk by
-        chunk (ngnn.out_of_core): its unchunked plan needs more device memory."""
+    def runs_chunked(self):
+        """Whether this computation runs chunk by chunk (ngnn.out_of_core): it has graph
+        ops, and the transformer fixes the chunk count or its memory_budget is less than
+        the unchunked plan needs."""
         from ngnn.out_of_core import plan_bytes
         from ngnn.op_graph import GraphOp
-        budget = self.transformer.memory_budget
-        return budget is not None and not self.stage and \
-            any(isinstance(op, GraphOp) for op in self.ordered_ops) and \
-            plan_bytes(self) > budget
+        t = self.transformer
+        if self.stage or t.memory_budget is None and t.chunks is None or \
+                not any(isinstance(op, GraphOp) for op in self.ordered_ops):
+            return False
+        return t.chunks is not None or plan_bytes(self) > t.memory_budget
 
     @property
     def chunked(self):
@@ -320,7 +321,7 @@ def check_argument(placeholder, value, check_finite):
 
 
 BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "check_finite",
-                "debug_nans", "aggregate_transform_order", "memory_budget",
+                "debug_nans", "aggregate_transform_order", "memory_budget", "chunks",
                 "selective_scheduling")
 
 
@@ -359,8 +360,9 @@ class Transformer:
     op's output as it runs and raises at the first NaN or Inf (docs/errors.md);
     aggregate_transform_order=False keeps every aggregation and matrix product in the
     order the model wrote them; memory_budget=BYTES runs a computation whose plan needs
-    more device memory chunk by chunk within that many bytes (docs/out_of_core.md), and
-    selective_scheduling=False makes its edge chunks always load whole vertex blocks. A
+    more device memory chunk by chunk within that many bytes (docs/out_of_core.md),
+    chunks=P runs every computation with graph ops over a P x P chunk grid, and
+    selective_scheduling=False makes edge chunks always load whole vertex blocks. A
     transformer kind names its own further options in
     `extra_options`; any other name is an error that suggests the closest valid one."""
 
@@ -370,7 +372,7 @@ class Transformer:
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
                  max_recompute=16, check_finite=True, debug_nans=False,
-                 aggregate_transform_order=True, memory_budget=None,
+                 aggregate_transform_order=True, memory_budget=None, chunks=None,
                  selective_scheduling=True, **options):
         valid = BASE_OPTIONS + tuple(self.extra_options)
         for key in options:
@@ -378,11 +380,12 @@ class Transformer:
                 raise unknown_option_error(f"make_transformer({self.name!r})", key, valid)
         if not isinstance(max_recompute, (int, np.integer)) or max_recompute < 0:
             raise ValueError(f"max_recompute must be a non-negative int, got {max_recompute!r}")
-        if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(
-                memory_budget, (int, np.integer)) or memory_budget <= 0):
-            raise ValueError(f"memory_budget must be a positive number of bytes, got "
-                             f"{memory_budget!r}")
+        for name, value in (("memory_budget", memory_budget), ("chunks", chunks)):
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, (int, np.integer)) or value <= 0):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.memory_budget = None if memory_budget is None else int(memory_budget)
+        self.chunks = None if chunks is None else int(chunks)
         self.selective_scheduling = bool(selective_scheduling)
         self.device_allocated = 0      # bytes this transformer holds on its device now
         self.device_peak = 0           # the most it held at once (reset per chunked call)
@@ -431,7 +434,7 @@ class Transformer:
             raise RuntimeError("the transformer is closed")
         comp = self.computation_class(self, results, parameters, name=name)
         # Under a memory budget every computation holds device memory only while it runs.
-        comp.transient = self.memory_budget is not None
+        comp.transient = self.memory_budget is not None or self.chunks is not None
         self.computations.append(comp)
         return comp
 

@@ -5,10 +5,10 @@ holds the edges from block i to block j. An edge stage runs chunk by chunk, colu
 column (j outer, i inner), so one destination block's partial aggregations follow each
 other; a chunk with more edges than the edge capacity runs as several pieces.
 
-Each piece is a small graph in local row ids: its destination rows first, then the source
-rows that are not destinations (the layout of a minibatch block, so every graph op runs on
-it unchanged), padded to the capacities of the ChunkSlot the stage computations are
-compiled for. Selective scheduling (the seed's rule, decided per chunk here, at compile
+Each piece is a small graph in local row ids: its destination rows first (so its partial
+aggregation at the destinations is a prefix of the rows), then the source rows that are not
+destinations, padded to the capacities of the ChunkSlot the stage computations are compiled
+for; padding edges join padding rows only. Selective scheduling (the seed's rule, decided per chunk here, at compile
 time): load only the rows the chunk's edges use when that is fewer than the whole blocks.
 """
 import numpy as np
@@ -23,8 +23,8 @@ class ChunkSlot(GraphSlot):
     transformers keep on a graph are computed once per piece and kept with it).
     `global_node_ids` and `global_edge_ids` key dropout masks by whole-graph ids."""
 
-    def __init__(self, num_nodes, num_edges, num_dst):
-        super().__init__(num_nodes, num_edges, num_dst)
+    def __init__(self, num_nodes, num_edges):
+        super().__init__(num_nodes, num_edges)
         self.global_node_ids = np.zeros(num_nodes, np.int64)
         self.global_edge_ids = np.zeros(num_edges, np.int64)
         self.versions = 0
@@ -67,9 +67,12 @@ class Piece:
     def padded(self, slot):
         """The __dict__ of `slot` showing this piece (built on first use)."""
         if self._state is None:
+            # Every local row may be a destination (slot.num_dst == slot.num_nodes), so the
+            # padding edges join padding rows only, never a real row.
             spare = slot.num_edges - self.num_edges
-            pad_src, pad_dst = GraphSlot._padding(self.rows.shape[0], self.num_dst,
-                                                  slot.num_nodes, slot.num_dst, spare)
+            rows = self.rows.shape[0]
+            pad_src, pad_dst = GraphSlot._padding(rows, rows, slot.num_nodes, slot.num_dst,
+                                                  spare)
             graph = Graph(np.concatenate([self.src, pad_src]),
                           np.concatenate([self.dst, pad_dst]), slot.num_nodes, slot.num_dst)
             state = graph.__dict__
@@ -136,11 +139,10 @@ class ChunkGrid:
         return Piece(chunk, eids, rows, dst_rows.shape[0], local_src, local_dst)
 
     def capacities(self):
-        """(rows, destination rows, edges) a ChunkSlot needs for every piece, with one
-        spare row on each side for padding edges."""
+        """(rows, edges) a ChunkSlot needs for every piece, with a spare row for the
+        padding edges."""
         rows = max((p.rows.shape[0] for p in self.pieces), default=0)
-        dst = max((p.num_dst for p in self.pieces), default=0)
-        return rows + 2, dst + 1, self.edge_capacity
+        return rows + 1, self.edge_capacity
 
     def row_order(self):
         """The pieces source block by source block (for aggregations at the source)."""

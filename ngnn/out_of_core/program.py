@@ -55,23 +55,29 @@ def read_rows(array, start, stop):
 
 
 class Sizes:
-    """The chunking a budget allows: P (vertex blocks of the grid), the edge capacity of a
-    piece, and the rows of a vertex stage's block."""
+    """The chunking a budget allows (or `parts` fixes): P (vertex blocks of the grid), the
+    edge capacity of a piece, and the rows of a vertex stage's block. The seed's rule: P
+    is the smallest count whose blocks and pieces fit, the bytes of every value a stage
+    holds counted without buffer sharing (an upper bound of its memory plan)."""
 
-    def __init__(self, plan, budget, variables):
+    def __init__(self, plan, budget, parts, variables):
         graph = plan.graph
         n, e = graph.num_nodes, graph.num_edges
+        if budget is None:
+            self.parts = min(parts, max(n, 1))
+            self.vertex_rows, self.edge_capacity = max(-(-n // self.parts), 1), None
+            return
         persistent = sum(v.nbytes for v in variables)
         small = sum(op.nbytes for op in plan.ops if plan.space[op] is None)
-        vertex_row = max([sum(row_bytes(op) for op in s.inputs + s.ops + s.views
-                              if plan.space[op] == "n") for s in plan.stages
-                          if s.kind == "vertex"], default=0)
-        node_row = max([sum(row_bytes(op) for op in s.inputs + s.ops + s.views
-                            if plan.space[op] == "n") for s in plan.stages
-                        if s.kind == "edge"], default=0) + INDEX_BYTES_PER_ROW
-        edge_row = max([sum(row_bytes(op) for op in s.inputs + s.ops + s.views
-                            if plan.space[op] == "e") for s in plan.stages
-                        if s.kind == "edge"], default=0) + INDEX_BYTES_PER_EDGE
+
+        def stage_row_bytes(kind, space):
+            return max([sum(row_bytes(op) for op in s.inputs + s.ops + s.views
+                            if plan.space[op] == space)
+                        for s in plan.stages if s.kind == kind], default=0)
+
+        vertex_row = stage_row_bytes("vertex", "n")
+        node_row = stage_row_bytes("edge", "n") + INDEX_BYTES_PER_ROW
+        edge_row = stage_row_bytes("edge", "e") + INDEX_BYTES_PER_EDGE
         room = budget - persistent - small
         if room <= 0:
             raise ChunkingError(f"memory_budget={budget} bytes leaves no room: the weights "
@@ -80,23 +86,25 @@ class Sizes:
         if self.vertex_rows < 1:
             raise ChunkingError(f"memory_budget={budget} bytes cannot hold one row of a "
                                 f"vertex stage ({vertex_row} bytes)")
-        for parts in range(1, max(n, 1) + 1):
-            block = -(-n // parts)
-            left = room - (2 * block + 2) * node_row
-            edges = left // edge_row
-            if edges >= max(1, -(-e // (parts * parts))):
-                self.parts, self.edge_capacity = parts, int(edges)
+        for p in [parts] if parts else range(1, max(n, 1) + 1):
+            block = -(-n // p)
+            edges = (room - (2 * block + 1) * node_row) // edge_row
+            if edges >= max(1, -(-e // (p * p))) or parts and edges >= 1:
+                self.parts, self.edge_capacity = p, int(edges)
                 return
-        raise ChunkingError(f"memory_budget={budget} bytes cannot hold one edge piece")
+        raise ChunkingError(f"memory_budget={budget} bytes cannot hold the rows and edges of "
+                            f"one piece of {'a' if parts is None else parts} x "
+                            f"{'P' if parts is None else parts} chunking")
 
 
 class ChunkedProgram:
     """The executor of a computation run chunk by chunk (see the module doc); `stats`
     holds the last call's figures."""
 
-    def __init__(self, computation, budget, selective=True):
+    def __init__(self, computation):
         self.computation = computation
         transformer = self.transformer = computation.transformer
+        budget = transformer.memory_budget
         with built_for(None):
             results = rewrite_for_chunks(computation.results)
         self.results = results
@@ -106,10 +114,10 @@ class ChunkedProgram:
             if plan.kind[r] in ("leaf", "view"):
                 raise ChunkingError(f"memory_budget: the result {r} is not computed by the "
                                     "computation (a leaf or a view); return a computed value")
-        self.sizes = Sizes(plan, budget, computation.variables)
-        self.grid = ChunkGrid(graph, self.sizes.parts, self.sizes.edge_capacity, selective)
-        rows, dst_rows, edges = self.grid.capacities()
-        self.slot = ChunkSlot(rows, edges, dst_rows)
+        self.sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
+        self.grid = ChunkGrid(graph, self.sizes.parts, self.sizes.edge_capacity,
+                              transformer.selective_scheduling)
+        self.slot = ChunkSlot(*self.grid.capacities())
         self.budget = budget
         self.parameters = {p: i for i, p in enumerate(computation.parameters)}
         self.runners = [StageRunner(self, k, stage) for k, stage in enumerate(plan.stages)]
