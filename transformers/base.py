@@ -105,8 +105,10 @@ class Computation:
         return [r.forwarded for r in self._results]
 
     # ---- transformation ------------------------------------------------------------------
-    def transform(self):
-        if self.transformed:
+    def plan(self):
+        """Runs the passes (graph passes, fusion, memory planning) without generating
+        code: `memory_plan` and the IR are then known."""
+        if self.ordered_ops is not None:
             return
         from ngnn.frontend import lower_zoom_outs
         self._record("Trace")
@@ -125,6 +127,11 @@ class Computation:
             late_pass.do_pass(self)
             self._record(type(late_pass).__name__, self.steps)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
+
+    def transform(self):
+        if self.transformed:
+            return
+        self.plan()
         if self.runs_chunked():
             from ngnn.out_of_core import ChunkedProgram
             self.executor = ChunkedProgram(self)
@@ -312,8 +319,13 @@ def check_argument(placeholder, value, check_finite):
             (array.min() < np.iinfo(placeholder.dtype).min or
              array.max() > np.iinfo(placeholder.dtype).max):
         raise ValueError(f"parameter {name!r}: values do not fit {placeholder.dtype}")
-    # Not np.ascontiguousarray: it turns a 0-d argument into shape (1,).
-    array = np.asarray(array, dtype=placeholder.dtype, order="C")
+    # Not np.ascontiguousarray: it turns a 0-d argument into shape (1,). A memory map of
+    # the right layout stays one, so a chunked computation can read it from its file.
+    if isinstance(value, np.memmap) and value.dtype == placeholder.dtype and \
+            value.flags.c_contiguous:
+        array = value
+    else:
+        array = np.asarray(array, dtype=placeholder.dtype, order="C")
     if check_finite and want == "f" and not np.isfinite(array).all():
         bad = int(array.size - np.count_nonzero(np.isfinite(array)))
         raise ValueError(f"parameter {name!r} contains {bad} NaN or Inf value(s)")

@@ -33,7 +33,8 @@ def row_bytes(op):
 
 def plan_bytes(computation):
     """Device bytes an unchunked run of `computation` needs: its memory plan, parameters,
-    variables, constants and the index arrays of its graphs."""
+    variables, constants and the index arrays of its graphs (planned, not generated)."""
+    computation.plan()
     ops = computation.ordered_ops
     graphs = {op.graph for op in ops if hasattr(op, "graph") and op.graph is not None}
     leaves = sum(op.nbytes for op in ops if op.__class__.__name__ in
