@@ -25,7 +25,7 @@ def one_step(model_name, data, transformer, **trainer_options):
     """The loss and every weight after one training step, and the trainer."""
     model = MODELS[model_name]()
     trainer = Trainer(model, data, optim.Adam(model.parameters(), lr=0.01),
-                      transformer=transformer, sparse=False, **trainer_options)
+                      transformer=transformer, **{"sparse": False, **trainer_options})
     loss = trainer.step()
     weights = {name: transformer.variable_value(v) for name, v in model.named_parameters()}
     return loss, weights, trainer
@@ -180,3 +180,19 @@ def test_fitting_plan_runs_unchunked_and_source_shows_stages(data):
     _, _, trainer = one_step("gcn", data, ngt.make_transformer("numpy", chunks=2))
     source = trainer.train_step.source
     assert "# ---- stage 0 (" in source and "(vertex) ----" in source and "(edge) ----" in source
+
+
+def test_sparse_features(data):
+    sparse = replace(data, features=np.where(data.features > 1.5, data.features, 0))
+    want = one_step("gcn", sparse, ngt.make_transformer("numpy"), sparse=None)
+    got = one_step("gcn", sparse, ngt.make_transformer("numpy", chunks=3), sparse=None)
+    assert got[2].sparse and got[2].train_step.chunked
+    assert_same_step(got, want)
+
+
+def test_cli_memory_budget(capsys):
+    from ngnn.cli import main
+    main(["train", "--model", "gcn", "--dataset", "cora", "--epochs", "2", "--no-progress",
+          "--memory-budget", "4M"])
+    out = capsys.readouterr().out
+    assert "memory budget: training step in" in out and "of 4.0 MiB" in out

@@ -17,7 +17,8 @@ An op joins the stage of its arguments when it can read them as they are compute
 kind, row by row, and no partial result among them); else it starts a later stage. Ops
 whose readers all sit in one later stage move there, so a cheap value (a recomputed
 dropout mask) is recomputed where it is used instead of stored. Broadcasts of small values
-to rows, and transposes of node matrices, are views: copied into each stage that reads them.
+to rows, transposes of node matrices and dropouts of sparse features are views: copied into
+each stage that reads them.
 """
 import numpy as np
 
@@ -168,7 +169,7 @@ class Plan:
         if isinstance(op, Assign):
             return "assign"
         space = self.space[op]
-        if space == "bcast" or space in ("nT", "eT"):
+        if space == "bcast" or space in ("nT", "eT") or isinstance(op, SparseDropout):
             return "view"
         if isinstance(op, (Gather, Aggregate)) or space == "e":
             return "edge"
