@@ -259,7 +259,7 @@ def quick_profile(tmp_path_factory, cache={}):
 def test_graph_op_predictions_are_near_their_measured_times(tmp_path_factory):
     """Per-op accuracy with a generous bound (a quick calibration on a shared machine; the
     real figures are benchmarks/bench_simulate.py's). Every fused group of a GCN and a GAT
-    step is priced within 3x of its fastest measured time, relative to the median of the
+    step is priced within 4x of its fastest measured time, relative to the median of the
     groups' ratios (so a machine busier now than at calibration slows all alike), and that
     median is within 4x."""
     from ngnn import transformers as ngt
@@ -273,14 +273,14 @@ def test_graph_op_predictions_are_near_their_measured_times(tmp_path_factory):
                                transformer=ngt.make_transformer("numpy"))
         trainer.step()
         report = simulate.predict(trainer.train_step, topology_)
-        measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=3)
+        measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=5)
         predicted = {step.name: step.seconds for step in report.ops}
         ratios = {simulate.simulator.step_name(s): predicted[simulate.simulator.step_name(s)]
                   / seconds for s, seconds in measured.items() if not hasattr(s, "args")}
         centre = float(np.median(list(ratios.values())))
         assert 1 / 4 < centre < 4, (model, ratios)
         for name, ratio in ratios.items():
-            assert centre / 3 < ratio < 3 * centre, (model, name, ratios)
+            assert centre / 4 < ratio < 4 * centre, (model, name, ratios)
         # Every step the transformer runs is priced, and every priced step ran.
         assert {simulate.simulator.step_name(s) for s in measured} == set(predicted)
         trainer.transformer.close()

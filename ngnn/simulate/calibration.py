@@ -173,7 +173,13 @@ def _functions(rng, elements):
     x = rng.standard_normal(elements, dtype=np.float32)
     y = np.abs(rng.standard_normal(elements, dtype=np.float32)) + 1
     out = np.empty_like(x)
+    # A trailing size-1 axis broadcast over 8 (a per-head weight times a head's
+    # features), and a mask times floats: both far slower per element than plain arrays.
+    column, rows = y[: elements // 8].reshape(-1, 1), out.reshape(-1, 8)
+    mask = x > 0
     return {
+        "np.multiply@trailing": lambda: np.multiply(column, x.reshape(-1, 8), out=rows),
+        "np.multiply@cast": lambda: np.multiply(mask, y, out=out),
         "np.add": lambda: np.add(x, y, out=out),
         "np.subtract": lambda: np.subtract(x, y, out=out),
         "np.multiply": lambda: np.multiply(x, y, out=out),

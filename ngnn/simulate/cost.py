@@ -25,9 +25,10 @@ import re
 
 import numpy as np
 
-from ..op_graph import (Aggregate, AllReduce, Assign, Constant, Dot, Dropout, EdgeSoftmax,
-                        Gather, LogSoftmax, MasterBroadcast, MirrorReduce, OneHot, Placeholder,
-                        Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum, Variable)
+from ..op_graph import (Aggregate, AllReduce, Assign, Broadcast, Constant, Dot, Dropout,
+                        EdgeSoftmax, Gather, LogSoftmax, MasterBroadcast, MirrorReduce, OneHot,
+                        Placeholder, Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum,
+                        Variable)
 from ..passes.buffer_sharing import is_group
 
 LEAVES = (Placeholder, Variable, Constant)
@@ -184,11 +185,32 @@ def elementwise(op, device, rows=None):
                                             default=0))
     moved = fraction * (nbytes(op) + sum(nbytes(a) for a in op.args if not a.is_sparse))
     if device.curves and functions and all(f in device.curves for f in functions):
-        seconds = sum(device.curves[f](1, elements) for f in functions) * elements
-        return Cost(seconds, elements, len(functions) * moved)
+        slowest = [device.curves[f"np.multiply@{kind}"](1, elements)
+                   for kind, applies in (("trailing", trailing_broadcast(op)),
+                                         ("cast", mixed_dtypes(op)))
+                   if applies and f"np.multiply@{kind}" in device.curves]
+        seconds = sum(max([device.curves[f](1, elements)] + slowest) for f in functions)
+        return Cost(seconds * elements, elements, len(functions) * moved)
     calls = max(1, len(functions))
     heavy = sum(template.count(name) for name in TRANSCENDENTAL)
     return passes(device, elements, calls * moved, transcendental=heavy * elements)
+
+
+def trailing_broadcast(op):
+    """Does an operand repeat each value along the last axis (a size-1 last axis, or a
+    broadcast view of one)? NumPy's inner loop then runs over single values."""
+    if not op.shape or op.shape[-1] == 1:
+        return False
+    for arg in op.args:
+        source = arg.args[0] if isinstance(arg, Broadcast) else arg
+        if source.shape and source.shape[-1] == 1 and size(source) > 1:
+            return True
+    return False
+
+
+def mixed_dtypes(op):
+    """Does an operand of another dtype (a mask) need casting in the inner loop?"""
+    return any(arg.dtype != op.dtype and size(arg) > 1 for arg in op.args)
 
 
 def dense_product(op, device):
