@@ -54,6 +54,9 @@ def predict_training(make_trainer, data, topology, parts=1, policy="cvc", traine
         split = (step, 0.0, 0.0)
         return TrainingPrediction(step, step + evaluation, 1, None, topology, steps, split)
     step, compute, communication, waiting = joint_timeline(steps, topology)
+    # After the step the ranks add their losses (one all-reduce of a float).
+    loss_sum = topology.link(0, 1).allreduce_latency
+    step, communication = step + loss_sum, communication + loss_sum
     evaluation = joint_timeline(evaluations, topology)[0]
     return TrainingPrediction(step, step + evaluation, parts, policy, topology, steps,
                               (compute, communication, waiting),
