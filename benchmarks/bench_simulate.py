@@ -1,17 +1,18 @@
 """Predicted against measured time per training step (NumPy transformer, this machine).
 
-    python benchmarks/bench_simulate.py                  # calibrate, then every configuration
-    python benchmarks/bench_simulate.py --nodes 100000 --models gcn gat --ranks 1 --steps 5
+    python benchmarks/bench_simulate.py                  # every configuration, 2 passes
+    python benchmarks/bench_simulate.py --nodes 100000 --models gcn gat --ranks 1 --passes 1
 
-Calibrates first (`ngnn calibrate`, MPI included), then for each model, R-MAT size, rank
-count and partition policy predicts a training step with `ngnn.simulate` (ranks: each
-rank's computation built through the distributed lowering, no MPI started) and measures
-real steps after a warm-up: in this process for 1 rank, under `mpiexec -n K` (this script
-as the worker) for K ranks, where a step is the slowest rank's, timed between barriers.
+Each pass calibrates (`ngnn calibrate`, MPI included) and then measures every
+configuration (model, R-MAT size, rank count, partition policy): real steps after a
+warm-up, in this process for 1 rank, under `mpiexec -n K` (this script as the worker) for
+K ranks, where a step is the slowest rank's, timed between barriers. Then every
+configuration is predicted with `ngnn.simulate` on the best of the passes' calibrations
+(ranks: each rank's computation built through the distributed lowering, no MPI started).
 
 The machine may be shared with other jobs, which only ever slow a step down: the fastest
-measured step is this machine's figure (calibration takes the best of its rounds too);
-the median is printed beside it to show the load. Prints a markdown table, the mean
+measured step over all passes is this machine's figure (calibration keeps the best of its
+rounds, and of the passes, too); the median is printed beside it to show the load. Prints a markdown table, the mean
 absolute percentage error, the largest error, and Kendall's tau between the predicted and
 the measured rankings; then, for single-process steps, each graph op's (fused group's)
 predicted time against its fastest measured time (the generated code timed line by line).
@@ -39,13 +40,13 @@ def cli_args(model, nodes, policy=None):
     return args
 
 
-def single(model, nodes, steps, topology, data):
-    """(predicted, fastest, median, [(op, predicted, measured)]) of one process's step."""
+def single(model, nodes, steps, data):
+    """(fastest, median, [(graph op, measured)]) of one process's step: whole steps, then
+    the generated code timed line by line."""
     from ngnn.simulate.measure import measure_steps
     from ngnn.simulate.simulator import step_name
     args = cli_args(model, nodes)
     trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
-    report = simulate.predict(trainer.train_step, topology)
     trainer.step()                                   # compiles
     times = []
     for _ in range(steps):
@@ -53,12 +54,10 @@ def single(model, nodes, steps, topology, data):
         trainer.step(False)
         times.append(time.perf_counter() - start)
     measured = measure_steps(trainer.train_step, lambda: trainer.step(False),
-                             repeats=max(2, steps // 2))
-    predicted = {step.name: step.seconds for step in report.ops}
-    graph_ops = [(step_name(s), predicted[step_name(s)], t) for s, t in measured.items()
-                 if not hasattr(s, "args")]
+                             repeats=max(2, steps))
+    graph_ops = [(step_name(s), t) for s, t in measured.items() if not hasattr(s, "args")]
     trainer.transformer.close()
-    return report.step_time, min(times), float(np.median(times)), graph_ops
+    return min(times), float(np.median(times)), graph_ops
 
 
 def ranked(model, nodes, parts, policy, topology, data):
@@ -115,34 +114,110 @@ def main():
     parser.add_argument("--nodes", nargs="+", type=int, default=[100000, 500000])
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--policies", nargs="+", default=["cvc", "metis"])
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per pass")
+    parser.add_argument("--passes", type=int, default=2, help="passes over every "
+                        "configuration, each after its own calibration: the best of each "
+                        "figure is kept, so a busy moment of a shared machine costs one pass")
     parser.add_argument("--profile", help="a profile to use instead of calibrating now")
+    parser.add_argument("--save", metavar="FILE", help="write the measurements and the "
+                        "passes' profiles to FILE (JSON)")
+    parser.add_argument("--load", metavar="FILE", help="predict against the measurements "
+                        "and profiles of an earlier run's --save, measuring nothing")
     args = parser.parse_args()
-    if args.profile:
-        topology = simulate.Topology.load(args.profile)
+    configurations = [(model, nodes, parts, policy) for nodes in args.nodes
+                      for model in args.models for parts in args.ranks
+                      for policy in (args.policies if parts > 1 else ["-"])]
+    if args.load:
+        measured, per_op, profiles = load_run(args.load)
+        configurations = [c for c in configurations if c in measured]
     else:
-        start = time.perf_counter()
-        topology, path, notes = simulate.calibrate()
-        print(f"calibrated in {time.perf_counter() - start:.1f} s: {path}",
-              *(f"({note})" for note in notes))
-    print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
-    rows, per_op = [], []
-    for nodes in args.nodes:
-        for model in args.models:
-            data = load_dataset(cli_args(model, nodes))
-            for parts in args.ranks:
-                for policy in (args.policies if parts > 1 else ["-"]):
-                    if parts == 1:
-                        p, m, median, ops = single(model, nodes, args.steps, topology, data)
-                        per_op += [(model, nodes) + op for op in ops]
-                    else:
-                        p = ranked(model, nodes, parts, policy, topology, data)
-                        m, median = measure_ranks(model, nodes, parts, policy, args.steps)
-                    rows.append((model, nodes, parts, policy, p, m, median))
-                    print(f"{model} R-MAT {nodes}, {parts} rank(s) {policy}: predicted "
-                          f"{1e3 * p:.1f} ms, measured {1e3 * m:.1f} ms (median "
-                          f"{1e3 * median:.1f} ms), load average {os.getloadavg()[0]:.1f}",
-                          flush=True)
+        measured, per_op, profiles = measure_all(args, configurations)
+        if args.save:
+            save_run(args.save, measured, per_op, profiles)
+    predict_all(configurations, measured, per_op, profiles)
+
+
+def save_run(path, measured, per_op, profiles):
+    from ngnn.files import write_atomically
+    text = json.dumps({"measured": [list(k) + [m, medians] for k, (m, medians) in
+                                    measured.items()],
+                       "per_op": [list(k) + [v] for k, v in per_op.items()],
+                       "profiles": [p.to_dict() for p in profiles]})
+    write_atomically(path, text.encode())
+
+
+def load_run(path):
+    with open(path) as f:
+        data = json.load(f)
+    measured = {tuple(row[:4]): (row[4], row[5]) for row in data["measured"]}
+    per_op = {tuple(row[:3]): row[3] for row in data["per_op"]}
+    profiles = [simulate.Topology.from_dict(p) for p in data["profiles"]]
+    return measured, per_op, profiles
+
+
+def measure_all(args, configurations):
+    measured, profiles, per_op = {}, [], {}
+    for done in range(args.passes):
+        if args.profile:
+            profiles = [simulate.Topology.load(args.profile)]
+        else:
+            start = time.perf_counter()
+            topology, path, notes = simulate.calibrate()
+            profiles.append(topology)
+            print(f"pass {done + 1}: calibrated in {time.perf_counter() - start:.1f} s "
+                  f"(load average {os.getloadavg()[0]:.1f})", *(f"({n})" for n in notes),
+                  flush=True)
+        data = {}
+        for model, nodes, parts, policy in configurations:
+            if (model, nodes) not in data:
+                data = {(model, nodes): load_dataset(cli_args(model, nodes))}
+            graph = data[model, nodes]
+            if parts == 1:
+                m, median, ops = single(model, nodes, args.steps, graph)
+                for name, seconds in ops:
+                    key = (model, nodes, name)
+                    per_op[key] = min(per_op.get(key, float("inf")), seconds)
+            else:
+                m, median = measure_ranks(model, nodes, parts, policy, args.steps)
+            key = (model, nodes, parts, policy)
+            best, medians = measured.get(key, (float("inf"), []))
+            measured[key] = (min(best, m), medians + [median])
+            print(f"  {model} R-MAT {nodes}, {parts} rank(s) {policy}: fastest {1e3 * m:.1f} "
+                  f"ms, median {1e3 * median:.1f} ms, load average "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
+    return measured, per_op, profiles
+
+
+def predict_all(configurations, measured, per_op, profiles):
+    topology = simulate.calibration.best_of(*profiles)
+    rows, op_rows = [], []
+    data = {}
+    for model, nodes, parts, policy in configurations:
+        if (model, nodes) not in data:
+            data = {(model, nodes): load_dataset(cli_args(model, nodes))}
+        graph = data[model, nodes]
+        if parts == 1:
+            p, ops = predict_single(model, nodes, topology, graph)
+            op_rows += [(model, nodes, name, ops[name], seconds)
+                        for (m_, n_, name), seconds in per_op.items()
+                        if (m_, n_) == (model, nodes)]
+        else:
+            p = ranked(model, nodes, parts, policy, topology, graph)
+        m, medians = measured[model, nodes, parts, policy]
+        rows.append((model, nodes, parts, policy, p, m, float(np.median(medians))))
+    report(rows, op_rows)
+
+
+def predict_single(model, nodes, topology, data):
+    """(step seconds, {step name: seconds}) predicted for one process."""
+    args = cli_args(model, nodes)
+    trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
+    prediction = simulate.predict(trainer.train_step, topology)
+    trainer.transformer.close()
+    return prediction.step_time, {step.name: step.seconds for step in prediction.ops}
+
+
+def report(rows, op_rows):
     errors = [abs(r[4] - r[5]) / r[5] for r in rows]
     print("\n| model | R-MAT nodes | ranks | policy | predicted step (ms) | measured, fastest "
           "(ms) | measured, median (ms) | error |")
@@ -154,14 +229,14 @@ def main():
         else float("nan")
     print(f"\nMAPE {100 * np.mean(errors):.1f}%, largest error {100 * max(errors):.1f}%, "
           f"Kendall tau {tau:.2f} over {len(rows)} configurations")
-    if per_op:
+    if op_rows:
         print("\n| model | R-MAT nodes | graph op (fused group) | predicted (ms) | measured, "
               "fastest (ms) | error |")
         print("|---|---:|---|---:|---:|---:|")
-        for model, nodes, name, p, m in per_op:
+        for model, nodes, name, p, m in op_rows:
             print(f"| {model} | {nodes} | {name} | {1e3 * p:.2f} | {1e3 * m:.2f} | "
                   f"{100 * (p - m) / m:+.1f}% |")
-        op_errors = [abs(p - m) / m for *_, p, m in per_op]
+        op_errors = [abs(p - m) / m for *_, p, m in op_rows]
         print(f"\ngraph ops: mean absolute error {100 * np.mean(op_errors):.1f}%, largest "
               f"{100 * max(op_errors):.1f}%, within 20%: "
               f"{sum(e <= 0.2 for e in op_errors)} of {len(op_errors)}")

@@ -33,7 +33,8 @@ from .. import philox
 from .topology import Curve, Device, Link, Topology
 
 WIDTHS = (1, 4, 8, 16, 64)
-SMALL_BLOCKS = 25            # spmm_blocked: the block of edges cut into this many
+SMALL_BLOCKS = 50            # *_blocked: the block of edges cut into this many
+HEADS = 8                    # gather_sum_heads: attention heads, as GAT's first layer
 FUNCTION_SIZES = {False: (1 << 18, 1 << 22), True: (1 << 14, 1 << 16)}
 TABLE_ROWS = (100_000, 500_000)
 BLOCK_EDGES = 500_000
@@ -99,8 +100,9 @@ def graph_timings(quick, rng):
         n_v, n_e = len(indptr) - 1, len(cols)
         data = np.ones(n_e, np.float32)
         # The same edges in blocks of `small` edges, as a group with edge values runs them.
-        starts = np.searchsorted(indptr, np.arange(0, n_e, small), side="right") - 1
+        starts = np.unique(np.searchsorted(indptr, np.arange(0, n_e, small), side="right") - 1)
         bounds = list(zip(starts, list(starts[1:]) + [n_v]))
+        widest = max(int(indptr[v1] - indptr[v0]) for v0, v1 in bounds)
         for w in widths:
             x = rng.standard_normal((rows, w), dtype=np.float32)
             gathered, out = _view(scratch, (n_e, w)), _view(result, (n_v, w))
@@ -113,6 +115,22 @@ def graph_timings(quick, rng):
                 lambda x=x, o=out, p=indptr, c=cols, r=rows, d=data, b=bounds: [
                     K.csr_product((v1 - v0, r), p[v0:v1 + 1] - p[v0], c[p[v0]:p[v1]],
                                   d[p[v0]:p[v1]], x, o[v0:v1]) for v0, v1 in b], n_e)
+            # A block's gathered rows stay in cache when blocks are small.
+            timings["take_blocked", rows, w] = (
+                lambda x=x, g=_view(scratch, (widest, w)), p=indptr, c=cols, b=bounds: [
+                    np.take(x, c[p[v0]:p[v1]], axis=0, out=g[:p[v1] - p[v0]])
+                    for v0, v1 in b], n_e)
+        # Per-head products of an attention (K.gather_sum with an (edges, heads, 1)
+        # weight): every block reads all heads' tables.
+        weight = rng.random((n_e, HEADS, 1), dtype=np.float32)
+        for f in [w for w in widths if 4 <= w <= 8]:
+            x = K.by_head(rng.standard_normal((rows, HEADS, f), dtype=np.float32), HEADS)
+            out = _view(result, (n_v, HEADS, f)) if n_v * HEADS * f <= result.size else \
+                np.empty((n_v, HEADS, f), np.float32)
+            timings["gather_sum_heads", rows, f] = (
+                lambda x=x, o=out, p=indptr, c=cols, b=bounds, e=weight: [
+                    K.gather_sum(x, e[p[v0]:p[v1]], c[p[v0]:p[v1]], p[v0:v1 + 1] - p[v0],
+                                 "sum", o[v0:v1]) for v0, v1 in b], n_e * HEADS)
     rows = tables[0]
     indptr, _ = rmat_block(rows, block, seed=2)
     n_v, n_e = len(indptr) - 1, int(indptr[-1])
@@ -130,6 +148,10 @@ def graph_timings(quick, rng):
         timings["fancy", rows, w] = (lambda v=edge_rows: v[order], n_e)
         timings["take_sorted", rows, w] = (
             lambda x=x, g=_view(scratch, (n_e, w)): np.take(x, ends, axis=0, out=g), n_e)
+        timings["take_sorted_blocked", rows, w] = (
+            lambda x=x, g=_view(scratch, (small, w)): [
+                np.take(x, ends[p0:p0 + small], axis=0, out=g[:len(ends[p0:p0 + small])])
+                for p0 in range(0, n_e, small)], n_e)
         timings["row_sum", rows, w] = (
             lambda x=x, r=reduced: np.einsum("ab->a", x, out=r), rows)
         timings["column_sum", rows, w] = (
@@ -317,3 +339,36 @@ def calibrate(path=None, quick=False, mpi=True):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     topology.save(path)
     return topology, path, notes
+
+
+def best_of(*topologies):
+    """One profile from several calibrations of the same machine: each figure the best
+    any of them measured (the fastest rate, the smallest cost per item or latency), as
+    each calibration keeps the best of its rounds."""
+    first = topologies[0]
+    devices = first.device().to_dict()
+    for other in topologies[1:]:
+        theirs = other.device().to_dict()
+        for field, value in theirs.items():
+            if field in ("name", "kind", "memory_bytes", "cores") or field not in devices:
+                continue
+            if field == "curves":
+                for name, curve in value.items():
+                    mine = devices["curves"].get(name)
+                    if mine and mine["rows"] == curve["rows"] and \
+                            mine["widths"] == curve["widths"]:
+                        mine["seconds"] = [[min(a, b) for a, b in zip(r, s)]
+                                           for r, s in zip(mine["seconds"], curve["seconds"])]
+            elif field == "call_overhead":
+                devices[field] = min(devices[field], value)
+            else:
+                devices[field] = max(devices[field], value)
+    links = [link.to_dict() for link in first.links]
+    for other in topologies[1:]:
+        for mine, theirs in zip(links, (link.to_dict() for link in other.links)):
+            for field in ("latency", "allreduce_latency", "contention"):
+                mine[field] = min(mine[field], theirs[field])
+            for field in ("bandwidth", "allreduce_bandwidth"):
+                mine[field] = max(mine[field], theirs[field])
+    return Topology.from_dict({"name": first.name, "validated": first.validated,
+                               "devices": [devices], "links": links})

@@ -80,9 +80,9 @@ def per_item(device, primitive, width, rows=None):
     if curve is not None:
         return curve(width, rows)
     row = 4 * width
-    if primitive in ("take", "take_sorted", "fancy"):
+    if primitive in ("take", "take_blocked", "take_sorted", "fancy"):
         return (2 * row + 8) / device.gather_bandwidth
-    if primitive in ("spmm", "spmm_blocked"):
+    if primitive in ("spmm", "spmm_blocked", "gather_sum_heads"):
         return width / device.spmm_rate + 8 / device.gather_bandwidth
     if primitive == "segment":
         return width / device.segment_rate
@@ -97,14 +97,15 @@ def primitive(device, name, items, width, rows=None, calls=1, moved=0.0):
     return Cost(seconds, 0, moved or items * 4 * width, kind="graph", calls=calls)
 
 
-def product(device, edges, width, rows, block_edges, calls):
-    """CSR products over `edges` edges in blocks of `block_edges`, reading `width` floats
-    per row from a table of `rows` rows: between the calibrated cost per edge of one large
-    block and of small blocks (log-linear in the block's edges)."""
+def blocked(device, name, edges, width, rows, block_edges, calls):
+    """Primitive `name` over `edges` edges in blocks of `block_edges` (a fused group's
+    loop), reading `width` floats per row from a table of `rows` rows: between the
+    calibrated cost per edge of one large block and that of small blocks, whose outputs
+    stay in cache (`name`_blocked; log-linear in the block's edges)."""
     from .calibration import BLOCK_EDGES, SMALL_BLOCKS
-    large = per_item(device, "spmm", width, rows)
-    small = per_item(device, "spmm_blocked", width, rows) if \
-        "spmm_blocked" in device.curves else large
+    large = per_item(device, name, width, rows)
+    small = per_item(device, name + "_blocked", width, rows) if \
+        name + "_blocked" in device.curves else large
     low, high = np.log(BLOCK_EDGES / SMALL_BLOCKS), np.log(BLOCK_EDGES)
     t = float(np.clip((np.log(max(block_edges, 1)) - low) / (high - low), 0, 1))
     seconds = edges * float(np.exp(np.log(small) + t * (np.log(large) - np.log(small))))

@@ -6,8 +6,8 @@ written through edge ids, which dropout masks are drawn once per call."""
 import numpy as np
 
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
-from .cost import Cost, elementwise, nbytes, passes, primitive, row_elements, row_width
-from .cost import product as product_cost
+from .cost import (Cost, blocked, nbytes, passes, primitive, row_elements, row_width,
+                   work)
 
 
 class NumPyPlan:
@@ -87,8 +87,8 @@ class Block:
         device, blocks, edges = self.device, self.blocks, self.edges
         if isinstance(op, Gather):       # by the group's own end: rows in order
             kind = "take_sorted" if op.by == self.end else "take"
-            return primitive(device, kind, edges, row_width(op), op.args[0].shape[0],
-                             calls=blocks)
+            return blocked(device, kind, edges, row_width(op), op.args[0].shape[0],
+                           self.block_edges, blocks)
         if isinstance(op, Aggregate):
             return self.aggregate(op, products)
         reads = Cost(calls=0)
@@ -113,7 +113,7 @@ class Block:
             return reads + keep + passes(device, elements, elements * 17, calls=3 * blocks)
         if _is_view_template(op):
             return Cost(calls=blocks)
-        cost = elementwise(op, device)
+        cost = work(op, device, None)
         cost.calls = blocks
         return reads + cost
 
@@ -124,14 +124,17 @@ class Block:
         if op in products:
             x, weight = products[op]
             heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
-            data = passes(device, 0, 4 * edges, calls=blocks)      # the product's data
-            if weight is not None and weight not in self.members:
-                data = data + self.read(weight, op)
+            data = passes(device, 0, 4 * edges, calls=blocks) if weight is None else \
+                self.read(weight, op) if weight not in self.members else Cost(calls=0)
+            if heads > 1 and "gather_sum_heads" in device.curves:
+                # Calibrated whole: per head a product, the weights by head and the heads
+                # back into rows; every block reads all heads' tables.
+                return data + mean + blocked(device, "gather_sum_heads", edges * heads,
+                                             width / heads, x.shape[0], self.block_edges,
+                                             blocks * (3 + 2 * heads))
             fill = passes(device, 0, out, calls=blocks * heads)
-            # Each head reads its own table; a block reads them all, so all heads' rows
-            # compete for the cache.
-            product = product_cost(device, edges * heads, width / heads, x.shape[0] * heads,
-                                   self.block_edges, blocks * heads)
+            product = blocked(device, "spmm", edges * heads, width / heads,
+                              x.shape[0] * heads, self.block_edges, blocks * heads)
             if heads > 1:          # the weights by head, and the heads back into rows:
                 moved = 8 * edges * heads + 2 * out             # two strided copies
                 data = data + Cost(moved / device.transpose_rate, 0, moved, calls=3 * blocks)
