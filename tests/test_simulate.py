@@ -346,3 +346,16 @@ def test_what_ifs_are_ranked(tmp_path, capsys):
     assert times == sorted(times)
     assert sum("(unvalidated)" in line for line in rows) == 3
     assert "2 ranks (oec)" in out and "replication factor" in out
+
+
+def test_the_best_of_calibrations_keeps_each_best_figure():
+    def profile(flops, overhead, seconds, latency):
+        device = simulate.Device(**{**DEVICE, "flops": flops, "call_overhead": overhead},
+                                 curves={"take": simulate.Curve([1], [1, 4], [seconds])})
+        return simulate.Topology([device], [simulate.Link(latency, 1e9)], name="p")
+    best = simulate.calibration.best_of(profile(1e10, 2e-6, [3.0, 1.0], 1e-5),
+                                        profile(2e10, 3e-6, [2.0, 5.0], 2e-5))
+    device = best.device()
+    assert device.flops == 2e10 and device.call_overhead == 2e-6
+    assert device.curves["take"].seconds == [[2.0, 1.0]]
+    assert best.link().latency == 1e-5

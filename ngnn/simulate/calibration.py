@@ -327,7 +327,8 @@ def calibrate(path=None, quick=False, mpi=True):
         link = Link(latency=measured["latency"], bandwidth=measured["bandwidth"],
                     allreduce_latency=measured["allreduce_latency"],
                     allreduce_bandwidth=measured["allreduce_bandwidth"],
-                    contention=measured["contention"])
+                    contention=measured["contention"],
+                    product_contention=measured.get("product_contention"))
     else:
         # Shared-memory MPI on one machine, unmeasured: a memory copy's bandwidth.
         link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2)
@@ -366,7 +367,7 @@ def best_of(*topologies):
     links = [link.to_dict() for link in first.links]
     for other in topologies[1:]:
         for mine, theirs in zip(links, (link.to_dict() for link in other.links)):
-            for field in ("latency", "allreduce_latency", "contention"):
+            for field in ("latency", "allreduce_latency", "contention", "product_contention"):
                 mine[field] = min(mine[field], theirs[field])
             for field in ("bandwidth", "allreduce_bandwidth"):
                 mine[field] = max(mine[field], theirs[field])

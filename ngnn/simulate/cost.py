@@ -39,8 +39,9 @@ TRANSCENDENTAL = ("np.exp", "np.log", "np.expm1", "np.tanh", "expit", "np.power"
 
 class Cost:
     """`seconds` of one step; `flops`, `bytes` (memory traffic), `comm_bytes` (sent over
-    links) it was priced from; `kind`: dense, graph, fused, comm or view; `calls`: the
-    statements it runs (each pays the device's call overhead)."""
+    links) it was priced from; `kind`: dense, product (a BLAS matrix product), graph,
+    fused, comm or view; `calls`: the statements it runs (each pays the device's call
+    overhead)."""
 
     def __init__(self, seconds=0.0, flops=0.0, nbytes=0.0, comm_bytes=0.0, kind="dense",
                  calls=1):
@@ -229,7 +230,7 @@ def dense_product(op, device):
             seconds = max(seconds, m * device.curves["matmul"](n, k))
         else:
             seconds = max(seconds, k * device.curves["matmul_t"](n, m))
-    return Cost(seconds, flops, moved)
+    return Cost(seconds, flops, moved, kind="product")
 
 
 def dropout(op, device):

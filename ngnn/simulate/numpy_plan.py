@@ -38,8 +38,7 @@ class NumPyPlan:
         products, skipped = writer.sparse_products(other)
         blocks = len(K.blocks(graph, end, writer.edge_block_limit()))
         edges, nodes = graph.num_edges, graph.num_nodes
-        context = Block(writer, device, blocks, edges, nodes, end)
-        context.block_edges = min(edges, writer.edge_block_limit())
+        context = Block(writer, device, blocks, min(edges, writer.edge_block_limit()))
         # Once per call: per-head copies of the product sources, and the dropout masks.
         cost = Cost(kind="fused", calls=1)
         for x, weight in {(x, w) for x, w in products.values()}:
@@ -66,10 +65,12 @@ class Block:
     """Prices a fused group's members as its generated block loop runs them: every
     statement once per block, its work summed over the blocks."""
 
-    def __init__(self, writer, device, blocks, edges, nodes, end):
-        self.writer, self.device, self.blocks = writer, device, blocks
-        self.edges, self.nodes, self.end = edges, nodes, end
-        self.members = set(writer.group.ops)
+    def __init__(self, writer, device, blocks, block_edges):
+        self.writer, self.device = writer, device
+        self.blocks, self.block_edges = blocks, block_edges
+        group = writer.group
+        self.edges, self.nodes, self.end = group.graph.num_edges, group.graph.num_nodes, group.at
+        self.members = set(group.ops)
 
     def rows(self, op):
         return self.edges if op.scope == "e" else self.nodes
@@ -80,8 +81,8 @@ class Block:
             return Cost(calls=0)
         if arg in self.writer.csr_ordered and self.end == "dst":
             return Cost(calls=0)
-        return primitive(self.device, "take", self.edges, row_width(arg), self.edges,
-                         calls=self.blocks)
+        return blocked(self.device, "take", self.edges, row_width(arg), self.edges,
+                       self.block_edges, self.blocks)
 
     def member(self, op, products):
         device, blocks, edges = self.device, self.blocks, self.edges
@@ -99,8 +100,8 @@ class Block:
             return reads + Cost(edges / device.repeat_rate, calls=blocks) + \
                 primitive(device, "segment", 2 * edges, width, calls=2 * blocks) + \
                 primitive(device, "fancy", 2 * self.nodes, width, calls=2 * blocks) + \
-                primitive(device, "take", 2 * edges, width, self.nodes / blocks,
-                          calls=2 * blocks) + \
+                blocked(device, "take_sorted", 2 * edges, width, self.nodes,
+                        self.block_edges, 2 * blocks) + \
                 passes(device, element, 3 * element * 8, calls=3 * blocks,
                        transcendental=element)
         if isinstance(op, Dropout):

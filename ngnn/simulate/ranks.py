@@ -10,8 +10,9 @@ for the last to arrive (bulk-synchronous, as the exchange's matched sends and re
 make it), and the exchange takes the longest of the ranks' priced exchanges.
 
 Ranks sharing a device (this machine's cores) compute more slowly: by the link's
-calibrated `contention` (2 ranks on this machine) and by the share of a core each gets
-when there are more ranks than cores.
+calibrated contention of 2 ranks on this machine (`product_contention` for matrix
+products, whose BLAS threads oversubscribe the cores; `contention` for the rest) and by
+the share of a core each gets when there are more ranks than cores.
 """
 from ..op_graph import AllReduce, MasterBroadcast, MirrorReduce
 
@@ -79,18 +80,21 @@ def rank_trainers(make_trainer, data, num_parts, policy):
             for r in range(num_parts)], parts
 
 
-def slowdown(topology, ranks):
-    """How much slower each of `ranks` ranks computes than one alone on its device."""
+def slowdown(topology, ranks, kind="dense"):
+    """How much slower each of `ranks` ranks computes steps of `kind` ("product": matrix
+    products) than one rank alone on its device."""
     device = topology.device(0)
     if ranks <= 1 or device.cores is None:
         return 1.0
-    return topology.link(0, 1).contention * max(1.0, ranks / device.cores)
+    link = topology.link(0, 1)
+    contention = link.product_contention if kind == "product" else link.contention
+    return contention * max(1.0, ranks / device.cores)
 
 
 def joint_timeline(reports, topology):
     """Seconds per step of the ranks' reports run together (see the module's text), with
     (compute, communication and waiting) seconds of the slowest rank."""
-    factor = slowdown(topology, len(reports))
+    factors = {kind: slowdown(topology, len(reports), kind) for kind in ("dense", "product")}
     segments = []
     for report in reports:
         pieces, compute = [], 0.0
@@ -99,7 +103,8 @@ def joint_timeline(reports, topology):
                 pieces.append((compute, step.seconds))
                 compute = 0.0
             else:
-                compute += factor * step.seconds
+                compute += factors["product" if step.kind == "product" else "dense"] * \
+                    step.seconds
         pieces.append((compute, 0.0))
         segments.append(pieces)
     if len({len(s) for s in segments}) != 1:

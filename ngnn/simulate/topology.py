@@ -18,7 +18,8 @@ GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate",
                "transcendental_rate", "repeat_rate", "transpose_rate")
 OPTIONAL_DEVICE_FIELDS = GRAPH_RATES + ("cores", "curves")
 LINK_FIELDS = ("latency", "bandwidth")
-OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention")
+OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention",
+                        "product_contention")
 
 
 def _positive(where, name, value, allow_zero=False):
@@ -148,10 +149,11 @@ class Link:
     and `allreduce_bandwidth` those of an all-reduce (default two latencies and the
     link's bandwidth); `contention`, how much
     slower each rank computes while its peers compute beside it on the same host
-    (calibrated: both ranks on this machine share its memory; 1 for separate devices)."""
+    (calibrated: both ranks on this machine share its memory; 1 for separate devices),
+    and `product_contention` the same for matrix products (default `contention`)."""
 
     def __init__(self, latency, bandwidth, ends=None, allreduce_latency=None,
-                 allreduce_bandwidth=None, contention=1.0):
+                 allreduce_bandwidth=None, contention=1.0, product_contention=None):
         where = f"link {ends!r}" if ends else "link"
         self.latency = _positive(where, "latency", latency, allow_zero=True)
         self.bandwidth = _positive(where, "bandwidth", bandwidth)
@@ -160,6 +162,8 @@ class Link:
         self.allreduce_bandwidth = self.bandwidth if allreduce_bandwidth is None else \
             _positive(where, "allreduce_bandwidth", allreduce_bandwidth)
         self.contention = _positive(where, "contention", contention)
+        self.product_contention = self.contention if product_contention is None else \
+            _positive(where, "product_contention", product_contention)
         if ends is not None and (not isinstance(ends, (list, tuple)) or len(ends) != 2):
             raise ValueError(f"topology: {where}: ends must be a pair of device names")
         self.ends = tuple(ends) if ends is not None else None
@@ -171,6 +175,7 @@ class Link:
         return {"latency": self.latency, "bandwidth": self.bandwidth,
                 "allreduce_latency": self.allreduce_latency,
                 "allreduce_bandwidth": self.allreduce_bandwidth, "contention": self.contention,
+                "product_contention": self.product_contention,
                 **({"ends": list(self.ends)} if self.ends else {})}
 
 
