@@ -359,3 +359,8 @@ def test_the_best_of_calibrations_keeps_each_best_figure():
     assert device.flops == 2e10 and device.call_overhead == 2e-6
     assert device.curves["take"].seconds == [[2.0, 1.0]]
     assert best.link().latency == 1e-5
+
+
+def test_a_narrower_product_never_costs_more_than_a_wider_one():
+    capped = simulate.calibration.monotone([[9.0, 1.0, 3.0], [2.0, 5.0, 4.0]])
+    assert capped == [[1.0, 1.0, 3.0], [2.0, 4.0, 4.0]]

@@ -252,6 +252,7 @@ def measure(quick=False, seed=0):
     products, sizes = product_timings(quick, rng)
     functions = function_timings(quick, rng)
     measured = {**graph, **products, **functions}
+    products_names = {key[0] for key in products}
     timings = {key: run for key, (run, _) in {**scalars, **measured}.items()}
     best = _fastest(timings, rounds)
     rates = {key: items / best[key] for key, (_, items) in scalars.items()}
@@ -260,10 +261,25 @@ def measure(quick=False, seed=0):
     for name in sorted({key[0] for key in measured}):
         along = sorted({key[1] for key in measured if key[0] == name})
         across = sorted({key[2] for key in measured if key[0] == name})
-        curves[name] = Curve(along, across,
-                             [[best[name, r, w] / measured[name, r, w][1] for w in across]
-                              for r in along])
+        seconds = [[best[name, r, w] / measured[name, r, w][1] for w in across]
+                   for r in along]
+        curves[name] = Curve(along, across, monotone(seconds) if name in products_names
+                             else seconds)
     return rates, curves
+
+
+def monotone(seconds):
+    """A product of narrower sizes costs at most what a wider one does (BLAS does less of
+    the same work): each figure capped by those at larger sizes, so that one call the
+    threads of BLAS lost to another process cannot stand for a whole size."""
+    capped = [list(row) for row in seconds]
+    for i in reversed(range(len(capped))):
+        for j in reversed(range(len(capped[i]))):
+            if i + 1 < len(capped):
+                capped[i][j] = min(capped[i][j], capped[i + 1][j])
+            if j + 1 < len(capped[i]):
+                capped[i][j] = min(capped[i][j], capped[i][j + 1])
+    return capped
 
 
 def call_overhead(repeats, length=200):
@@ -327,8 +343,7 @@ def calibrate(path=None, quick=False, mpi=True):
         link = Link(latency=measured["latency"], bandwidth=measured["bandwidth"],
                     allreduce_latency=measured["allreduce_latency"],
                     allreduce_bandwidth=measured["allreduce_bandwidth"],
-                    contention=measured["contention"],
-                    product_contention=measured.get("product_contention"))
+                    contention=measured["contention"])
     else:
         # Shared-memory MPI on one machine, unmeasured: a memory copy's bandwidth.
         link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2)
@@ -367,7 +382,7 @@ def best_of(*topologies):
     links = [link.to_dict() for link in first.links]
     for other in topologies[1:]:
         for mine, theirs in zip(links, (link.to_dict() for link in other.links)):
-            for field in ("latency", "allreduce_latency", "contention", "product_contention"):
+            for field in ("latency", "allreduce_latency", "contention"):
                 mine[field] = min(mine[field], theirs[field])
             for field in ("bandwidth", "allreduce_bandwidth"):
                 mine[field] = max(mine[field], theirs[field])

@@ -3,11 +3,10 @@ the link between 2 ranks on this machine as the distributed trainer uses it (non
 sends and receives completed by ngnn.distributed.exchange.wait) and prints one JSON line
 on rank 0: `latency` (seconds per message, a 1-element ping-pong, half a round trip),
 `bandwidth` (bytes/s of 8 MiB messages, both ways at once as the exchange posts them),
-`allreduce_latency` (a 1-element all-reduce) and `allreduce_bandwidth`, and how much
-slower rank 0 runs while rank 1 runs the same beside it than alone (both ranks share this
-machine's memory and cores): `contention` for a memory-bound loop of gathers,
-`product_contention` for a layer's narrow matrix products (each rank's BLAS starts its
-own threads, so 2 ranks oversubscribe the cores)."""
+`allreduce_latency` (a 1-element all-reduce) and `allreduce_bandwidth`, and `contention`
+(how much slower a step's mix in small, random-row gathers and a layer's narrow matrix
+products, runs on rank 0 while rank 1 runs it too than alone: both ranks share this
+machine's memory and cores)."""
 import json
 import sys
 import time
@@ -54,34 +53,29 @@ def main(quick=False):
                      max(3, repeats // 4), comm)
     allreduce_bandwidth = size / max(allreduce - allreduce_latency, 1e-9)
 
+    # A step's mix in small: random-row gathers, a narrow matrix product and its weight
+    # gradient (BLAS, whose threads each rank starts and which spin after each call).
     rng = np.random.default_rng(rank)
     table = rng.standard_normal((200_000 if not quick else 20_000, 16), dtype=np.float32)
-    index = rng.integers(0, len(table), 4 * len(table))
+    index = rng.integers(0, len(table), 2 * len(table))
     out = np.empty((len(index), 16), np.float32)
-
-    def gathers():
-        for _ in range(3):
-            np.take(table, index, axis=0, out=out)
-
-    # A layer's narrow products (BLAS, with its own threads on each rank).
-    features = rng.standard_normal((len(table), 64), dtype=np.float32)
-    weight = rng.standard_normal((64, 4), dtype=np.float32)
+    weight = rng.standard_normal((16, 4), dtype=np.float32)
     product, gradient = np.empty((len(table), 4), np.float32), np.empty_like(weight)
 
-    def products():
+    def mix():
         for _ in range(3):
-            np.matmul(features, weight, out=product)
-            np.matmul(features.T, product, out=gradient)
+            np.take(table, index, axis=0, out=out)
+            np.matmul(table, weight, out=product)
+            np.matmul(table.T, product, out=gradient)
 
-    contention = {}
-    for name, run in (("contention", gathers), ("product_contention", products)):
-        alone = best(run if rank == 0 else lambda: None, max(3, repeats // 4), comm)
-        together = best(run, max(3, repeats // 4), comm)
-        contention[name] = max(1.0, together / alone)
+    alone = best(mix if rank == 0 else lambda: None, max(3, repeats // 4), comm)
+    together = best(mix, max(3, repeats // 4), comm)
+
     if rank == 0:
         print(json.dumps({"latency": latency, "bandwidth": bandwidth,
                           "allreduce_latency": allreduce_latency,
-                          "allreduce_bandwidth": allreduce_bandwidth, **contention}),
+                          "allreduce_bandwidth": allreduce_bandwidth,
+                          "contention": max(1.0, together / alone)}),
               flush=True)
 
 

@@ -10,9 +10,10 @@ for the last to arrive (bulk-synchronous, as the exchange's matched sends and re
 make it), and the exchange takes the longest of the ranks' priced exchanges.
 
 Ranks sharing a device (this machine's cores) compute more slowly: by the link's
-calibrated contention of 2 ranks on this machine (`product_contention` for matrix
-products, whose BLAS threads oversubscribe the cores; `contention` for the rest) and by
-the share of a core each gets when there are more ranks than cores.
+calibrated contention of 2 ranks on this machine (a step's mix of gathers and BLAS
+products run side by side: they share the memory, and each rank's BLAS threads spin on
+the cores the other needs) and by the share of a core each gets when there are more ranks
+than cores.
 """
 from ..op_graph import AllReduce, MasterBroadcast, MirrorReduce
 
@@ -80,21 +81,18 @@ def rank_trainers(make_trainer, data, num_parts, policy):
             for r in range(num_parts)], parts
 
 
-def slowdown(topology, ranks, kind="dense"):
-    """How much slower each of `ranks` ranks computes steps of `kind` ("product": matrix
-    products) than one rank alone on its device."""
+def slowdown(topology, ranks):
+    """How much slower each of `ranks` ranks computes than one rank alone on its device."""
     device = topology.device(0)
     if ranks <= 1 or device.cores is None:
         return 1.0
-    link = topology.link(0, 1)
-    contention = link.product_contention if kind == "product" else link.contention
-    return contention * max(1.0, ranks / device.cores)
+    return topology.link(0, 1).contention * max(1.0, ranks / device.cores)
 
 
 def joint_timeline(reports, topology):
     """Seconds per step of the ranks' reports run together (see the module's text), with
     (compute, communication and waiting) seconds of the slowest rank."""
-    factors = {kind: slowdown(topology, len(reports), kind) for kind in ("dense", "product")}
+    factor = slowdown(topology, len(reports))
     segments = []
     for report in reports:
         pieces, compute = [], 0.0
@@ -103,8 +101,7 @@ def joint_timeline(reports, topology):
                 pieces.append((compute, step.seconds))
                 compute = 0.0
             else:
-                compute += factors["product" if step.kind == "product" else "dense"] * \
-                    step.seconds
+                compute += factor * step.seconds
         pieces.append((compute, 0.0))
         segments.append(pieces)
     if len({len(s) for s in segments}) != 1:

@@ -18,8 +18,7 @@ GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate",
                "transcendental_rate", "repeat_rate", "transpose_rate")
 OPTIONAL_DEVICE_FIELDS = GRAPH_RATES + ("cores", "curves")
 LINK_FIELDS = ("latency", "bandwidth")
-OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention",
-                        "product_contention")
+OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention")
 
 
 def _positive(where, name, value, allow_zero=False):
@@ -149,11 +148,11 @@ class Link:
     and `allreduce_bandwidth` those of an all-reduce (default two latencies and the
     link's bandwidth); `contention`, how much
     slower each rank computes while its peers compute beside it on the same host
-    (calibrated: both ranks on this machine share its memory; 1 for separate devices),
-    and `product_contention` the same for matrix products (default `contention`)."""
+    (calibrated: both ranks on this machine share its memory and cores; 1 for separate
+    devices)."""
 
     def __init__(self, latency, bandwidth, ends=None, allreduce_latency=None,
-                 allreduce_bandwidth=None, contention=1.0, product_contention=None):
+                 allreduce_bandwidth=None, contention=1.0):
         where = f"link {ends!r}" if ends else "link"
         self.latency = _positive(where, "latency", latency, allow_zero=True)
         self.bandwidth = _positive(where, "bandwidth", bandwidth)
@@ -162,8 +161,6 @@ class Link:
         self.allreduce_bandwidth = self.bandwidth if allreduce_bandwidth is None else \
             _positive(where, "allreduce_bandwidth", allreduce_bandwidth)
         self.contention = _positive(where, "contention", contention)
-        self.product_contention = self.contention if product_contention is None else \
-            _positive(where, "product_contention", product_contention)
         if ends is not None and (not isinstance(ends, (list, tuple)) or len(ends) != 2):
             raise ValueError(f"topology: {where}: ends must be a pair of device names")
         self.ends = tuple(ends) if ends is not None else None
@@ -175,7 +172,6 @@ class Link:
         return {"latency": self.latency, "bandwidth": self.bandwidth,
                 "allreduce_latency": self.allreduce_latency,
                 "allreduce_bandwidth": self.allreduce_bandwidth, "contention": self.contention,
-                "product_contention": self.product_contention,
                 **({"ends": list(self.ends)} if self.ends else {})}
 
 
