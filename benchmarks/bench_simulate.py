@@ -10,6 +10,8 @@ K ranks, where a step is the slowest rank's, timed between barriers. Then every
 configuration is predicted with `ngnn.simulate` on the best of the passes' calibrations
 (ranks: each rank's computation built through the distributed lowering, no MPI started).
 
+Every process (this one, the MPI ranks, the calibration's) uses one BLAS thread, one core
+per process as the model assumes (OPENBLAS_NUM_THREADS etc. set to 1 unless set already).
 The machine may be shared with other jobs, which only ever slow a step down: the fastest
 measured step over all passes is this machine's figure (calibration keeps the best of its
 rounds, and of the passes, too); the median is printed beside it to show the load. Prints a markdown table, the mean
@@ -17,19 +19,27 @@ absolute percentage error, the largest error, and Kendall's tau between the pred
 the measured rankings; then, for single-process steps, each graph op's (fused group's)
 predicted time against its fastest measured time (the generated code timed line by line).
 """
-import argparse
-import json
 import os
-import subprocess
-import sys
-import time
 
-import numpy as np
-from scipy.stats import kendalltau
+# One core per process, as the cost model prices the NumPy transformer: BLAS's own threads
+# are set before NumPy loads it (an explicit setting in the environment wins). With its
+# default of a thread per core, a BLAS call on a shared 2-core machine waits for the core
+# another job holds: one single-process GraphSAGE step took 5.5 s instead of 0.2 s.
+for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(variable, "1")
 
-from ngnn import simulate
-from ngnn import transformers as ngt
-from ngnn.cli import _fill_defaults, load_dataset, make_parser, make_trainer
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy.stats import kendalltau  # noqa: E402
+
+from ngnn import simulate  # noqa: E402
+from ngnn import transformers as ngt  # noqa: E402
+from ngnn.cli import _fill_defaults, load_dataset, make_parser, make_trainer  # noqa: E402
 
 
 def cli_args(model, nodes, policy=None):

@@ -360,7 +360,7 @@ def calibrate(path=None, quick=False, mpi=True):
 def best_of(*topologies):
     """One profile from several calibrations of the same machine: each figure the best
     any of them measured (the fastest rate, the smallest cost per item or latency), as
-    each calibration keeps the best of its rounds."""
+    each calibration keeps the best of its rounds; the ranks' contention the last's."""
     first = topologies[0]
     devices = first.device().to_dict()
     for other in topologies[1:]:
@@ -382,8 +382,11 @@ def best_of(*topologies):
     links = [link.to_dict() for link in first.links]
     for other in topologies[1:]:
         for mine, theirs in zip(links, (link.to_dict() for link in other.links)):
-            for field in ("latency", "allreduce_latency", "contention"):
+            for field in ("latency", "allreduce_latency"):
                 mine[field] = min(mine[field], theirs[field])
+            # A ratio of two timings, not a speed: noise moves it either way, so the
+            # latest calibration's figure is kept.
+            mine["contention"] = theirs["contention"]
             for field in ("bandwidth", "allreduce_bandwidth"):
                 mine[field] = max(mine[field], theirs[field])
     return Topology.from_dict({"name": first.name, "validated": first.validated,
