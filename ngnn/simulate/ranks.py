@@ -121,4 +121,4 @@ def joint_timeline(reports, topology):
             communication += exchange
     total = max(clocks)
     compute = max(busy)
-    return total, compute, communication, total - compute - communication
+    return total, compute, communication, max(0.0, total - compute - communication)
