@@ -279,10 +279,6 @@ class Stage:
         order = {op: i for i, op in enumerate(self.plan.ops)}
         self.views.sort(key=order.get)
 
-    @property
-    def aggregates(self):
-        return [op for op in self.ops if isinstance(op, Aggregate)]
-
     def __repr__(self):
         return f"<Stage {self.kind}: {len(self.ops)} ops, {len(self.inputs)} inputs, " \
                f"{len(self.outputs)} outputs>"

@@ -64,6 +64,7 @@ class Sizes:
     def __init__(self, plan, budget, parts, variables):
         graph = plan.graph
         n, e = graph.num_nodes, graph.num_edges
+        self.room = None
         if budget is None:
             self.parts = min(parts, max(n, 1))
             self.vertex_rows, self.edge_capacity = max(-(-n // self.parts), 1), None
@@ -77,9 +78,9 @@ class Sizes:
                         for s in plan.stages if s.kind == kind], default=0)
 
         vertex_row = stage_row_bytes("vertex", "n")
-        node_row = stage_row_bytes("edge", "n") + INDEX_BYTES_PER_ROW
-        edge_row = stage_row_bytes("edge", "e") + INDEX_BYTES_PER_EDGE
-        room = budget - persistent - small
+        self.node_row = node_row = stage_row_bytes("edge", "n") + INDEX_BYTES_PER_ROW
+        self.edge_row = edge_row = stage_row_bytes("edge", "e") + INDEX_BYTES_PER_EDGE
+        self.room = room = budget - persistent - small
         if room <= 0:
             raise ChunkingError(f"memory_budget={budget} bytes leaves no room: the weights "
                                 f"and small values alone take {persistent + small} bytes")
@@ -96,6 +97,10 @@ class Sizes:
         raise ChunkingError(f"memory_budget={budget} bytes cannot hold the rows and edges of "
                             f"one piece of {'a' if parts is None else parts} x "
                             f"{'P' if parts is None else parts} chunking")
+
+    def fits(self, rows, edges):
+        """Whether a piece slot of `rows` rows and `edges` edges fits the budget."""
+        return self.room is None or rows * self.node_row + edges * self.edge_row <= self.room
 
 
 class ChunkedProgram:
@@ -115,9 +120,18 @@ class ChunkedProgram:
             if plan.kind[r] in ("leaf", "view"):
                 raise ChunkingError(f"memory_budget: the result {r} is not computed by the "
                                     "computation (a leaf or a view); return a computed value")
-        self.sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
-        self.grid = ChunkGrid(graph, self.sizes.parts, self.sizes.edge_capacity,
-                              transformer.selective_scheduling)
+        self.sizes = sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
+        capacity = sizes.edge_capacity
+        while True:
+            self.grid = ChunkGrid(graph, sizes.parts, capacity, transformer.selective_scheduling)
+            rows, edges = self.grid.capacities()
+            if sizes.fits(rows, edges):
+                break
+            # The pieces' used rows outgrew the two blocks the sizes assumed: smaller pieces.
+            capacity = edges * 2 // 3
+            if capacity < 1:
+                raise ChunkingError(f"memory_budget={budget} bytes cannot hold one piece of "
+                                    f"{sizes.parts} x {sizes.parts} chunking")
         self.slot = ChunkSlot(*self.grid.capacities())
         self.budget = budget
         self.parameters = {p: i for i, p in enumerate(computation.parameters)}
@@ -154,8 +168,7 @@ class ChunkedProgram:
             "bytes_to_device": self.moved["to"], "bytes_from_device": self.moved["from"],
             "seconds": time.perf_counter() - started, "transfer_seconds": prefetch,
             "hidden_transfer_share": max(0.0, prefetch - waited) / prefetch if prefetch else 1.0,
-            "loaded_rows": self.grid.loaded_rows[
-                "selective" if self.grid.selective else "whole"]})
+            "loaded_rows": self.grid.loaded_rows})
         outputs = [self.host[r] for r in self.results]
         self.host = None
         return outputs
@@ -190,8 +203,7 @@ class StageRunner:
             slot = program.slot
             self.computations = {None: self._compile(
                 t, name, {"n": slot.num_nodes, "e": slot.num_edges}, slot)}
-            at_src = all(a.at == "src" for a in stage.aggregates) and stage.aggregates
-            self.pieces = program.grid.row_order() if at_src else program.grid.pieces
+            self.pieces = program.grid.pieces
         else:
             self.computations = {None: self._compile(t, name, {}, None)}
 
