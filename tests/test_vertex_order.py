@@ -1,6 +1,7 @@
 """Graph.reorder / Graph.permute and the vertex orders: the renumbered graph is the same
 graph under `order`, models on it compute the same values permuted, and bad input errors."""
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -150,13 +151,17 @@ def test_metis_without_pymetis_says_what_to_install(monkeypatch):
         random_graph().reorder("metis")
 
 
-def test_blocks_and_slots_are_not_renumbered():
+def test_blocks_slots_and_local_graphs_are_not_renumbered():
     block = ng.Graph.from_edges([2, 3], [0, 1], num_nodes=4, num_dst=2)
     with pytest.raises(ValueError, match="reorder: .* is a Graph \\(a block"):
         block.reorder("degree")
     from ngnn.sampling.slot import GraphSlot
     with pytest.raises(ValueError, match="permute: .* is a GraphSlot"):
         GraphSlot(4, 3).permute(np.arange(4))
+    from ngnn.distributed.local_graph import LocalGraph
+    local = LocalGraph([0], [1], 2, [5, 7], [3], 2, 8, 4, exchange=SimpleNamespace(rank=1))
+    with pytest.raises(ValueError, match="reorder: .* is a LocalGraph"):
+        local.reorder("rcm")
 
 
 @pytest.mark.parametrize("order, message", [
