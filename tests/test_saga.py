@@ -44,10 +44,11 @@ def test_api_example_with_edge_weights(transformer_factory, accumulator):
     w = ng.placeholder((E, 1), dtype=np.float64, name="w")
     x, wv = rng.standard_normal((N, F)), rng.standard_normal((E, 1))
     W = rng.standard_normal((F, 2))
+    weight = ng.constant(W, dtype=np.float64)
     out = ng.saga(graph(), node_feat={"h": h},
                   apply_edge=lambda src, dst, edge: src.h * edge.w,
                   accumulator=accumulator,
-                  apply_vertex=lambda v, acc: ng.relu(ng.dot(acc, ng.constant(W, dtype=np.float64))),
+                  apply_vertex=lambda v, acc: ng.relu(ng.dot(acc, weight)),
                   edge_feat={"w": w})
     assert out.shape == (N, 2)
     result = transformer_factory().computation(out, h, w)(x, wv)
