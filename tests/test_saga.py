@@ -202,6 +202,9 @@ def test_node_feat_must_be_node_tensors():
         saga_call(node_feat={"h": ng.placeholder((5, F), name="h")})
     with pytest.raises(ShapeError, match=rf"edge_feat 'w' has shape \({N}, 1\).*\({E} edges\)"):
         saga_call(edge_feat={"w": ng.placeholder((N, 1), name="w")})
+    for bad in ("h", None):
+        with pytest.raises(TypeError, match="ng.saga: node_feat 'h' must be a tensor"):
+            saga_call(node_feat={"h": bad})
     with pytest.raises(ValueError, match="ng.saga: node_feat name 'innbs' must be"):
         saga_call(node_feat={"innbs": h})
     with pytest.raises(TypeError, match="ng.saga: expected an ng.Graph"):

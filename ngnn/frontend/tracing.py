@@ -275,6 +275,9 @@ def _features(given, what, rows, unit, caller):
                 name in RESERVED:
             raise ValueError(f"{caller}: {what} name {name!r} must be a Python identifier, "
                              f"not starting with '_' and none of {', '.join(RESERVED)}")
+        if not isinstance(tensor, Op) and np.asarray(tensor).dtype.kind not in "biuf":
+            raise TypeError(f"{caller}: {what} {name!r} must be a tensor (an ngnn op or a "
+                            f"numeric array), got {tensor!r}")
         (tensor,) = as_ops(tensor)
         if tensor.ndim == 0 or tensor.shape[0] != rows:
             raise ShapeError(f"{caller}: {what} {name!r} has shape {tensor.shape}, but its "
