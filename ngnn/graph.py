@@ -368,9 +368,9 @@ def _moved_groups(indptr, eids, order):
     new_indptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=new_indptr[1:])
     # Position p of the new eids reads old position p + (old start - new start) of its group.
-    shift = np.repeat(indptr[:-1][order] - new_indptr[:-1], counts)
-    shift += np.arange(shift.shape[0], dtype=np.int64)
-    return new_indptr, eids[shift], counts
+    positions = np.repeat(indptr[:-1][order] - new_indptr[:-1], counts)
+    positions += np.arange(positions.shape[0], dtype=np.int64)
+    return new_indptr, eids[positions], counts
 
 
 def _freeze(matrix):
