@@ -39,6 +39,20 @@ def test_reordered_graph_is_the_same_graph_under_order(policy):
     assert g2.fingerprint == built.fingerprint
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_permute_by_any_order_equals_building_from_the_renumbered_edges(seed):
+    g = random_graph(n=30, e=90, seed=seed)
+    order = np.random.default_rng(seed).permutation(g.num_nodes)
+    rank = inverse(order)
+    g2 = g.permute(order)
+    built = ng.Graph.from_edges(rank[g.src], rank[g.dst], num_nodes=g.num_nodes)
+    for name in ("src", "dst", "in_indptr", "in_eids", "in_src", "in_degrees", "out_indptr",
+                 "out_eids", "out_dst", "out_degrees"):
+        np.testing.assert_array_equal(getattr(g2, name), getattr(built, name), err_msg=name)
+    np.testing.assert_array_equal(g2.adjacency().toarray(),
+                                  g.adjacency().toarray()[np.ix_(order, order)])
+
+
 def test_degree_order_is_descending_total_degree_with_ties_in_id_order():
     g = random_graph(seed=1)
     g2, order = g.reorder("degree")
