@@ -274,8 +274,11 @@ class Graph:
         other edges kept in order, then loop ``v -> v`` appended for every vertex in order
         (GCN's and GAT's A + I)."""
         keep = self.src != self.dst
-        return Graph.from_edges(self.src[keep], self.dst[keep],
-                                num_nodes=self.num_nodes).add_self_loops()
+        loops = np.arange(self.num_dst, dtype=np.int64)
+        # Built at once, not as a graph without loops plus loops: no third graph's worth of
+        # index arrays at the peak.
+        return Graph(np.concatenate([self.src[keep], loops]),
+                     np.concatenate([self.dst[keep], loops]), self.num_nodes, self.num_dst)
 
     def reorder(self, policy, num_parts=8):
         """``(g2, order)``: the same graph with its vertices renumbered by a locality-aware

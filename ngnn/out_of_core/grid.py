@@ -17,8 +17,10 @@ from ngnn.sampling.slot import GraphSlot
 
 class ChunkSlot(GraphSlot):
     """The graph every edge stage computation is compiled over: capacities fixed, and
-    `show(piece)` swaps in a piece's padded graph (its CSR arrays and the caches the
-    transformers keep on a graph are computed once per piece and kept with it).
+    `show(piece)` swaps in a piece's padded graph, built when shown: kept for every piece,
+    the pieces' CSR arrays and the transformers' caches on them would hold several times
+    the graph's index arrays on the host, and building them measured no slower (R-MAT 2M:
+    3.4 against 4.7 GiB peak, 11.2 against 11.6 s a step).
     `global_node_ids` and `global_edge_ids` key dropout masks by whole-graph ids."""
 
     def __init__(self, num_nodes, num_edges):
@@ -29,7 +31,7 @@ class ChunkSlot(GraphSlot):
 
     def show(self, piece):
         versions = self.versions + 1
-        self.__dict__ = piece.padded(self)     # the piece's own: caches stay with it
+        self.__dict__ = piece.padded(self)
         self.version = self.versions = versions
 
 
@@ -55,31 +57,26 @@ class Piece:
         self.rows = rows
         self.num_dst = num_dst
         self.src, self.dst = src, dst          # local ids
-        self._state = None
 
     @property
     def num_edges(self):
         return self.eids.shape[0]
 
     def padded(self, slot):
-        """The __dict__ of `slot` showing this piece (built on first use)."""
-        if self._state is None:
-            # Every local row may be a destination (slot.num_dst == slot.num_nodes), so the
-            # padding edges join padding rows only, never a real row.
-            spare = slot.num_edges - self.num_edges
-            rows = self.rows.shape[0]
-            pad_src, pad_dst = GraphSlot._padding(rows, rows, slot.num_nodes, slot.num_dst,
-                                                  spare)
-            graph = Graph(np.concatenate([self.src, pad_src]),
-                          np.concatenate([self.dst, pad_dst]), slot.num_nodes, slot.num_dst)
-            state = graph.__dict__
-            state["loaded"] = (rows, self.num_dst, self.num_edges)
-            state["global_node_ids"] = np.concatenate(
-                [self.rows, np.zeros(slot.num_nodes - rows, np.int64)])
-            state["global_edge_ids"] = np.concatenate(
-                [self.eids, np.zeros(spare, np.int64)])
-            self._state = state
-        return self._state
+        """The __dict__ of `slot` showing this piece."""
+        # Every local row may be a destination (slot.num_dst == slot.num_nodes), so the
+        # padding edges join padding rows only, never a real row.
+        spare = slot.num_edges - self.num_edges
+        rows = self.rows.shape[0]
+        pad_src, pad_dst = GraphSlot._padding(rows, rows, slot.num_nodes, slot.num_dst, spare)
+        graph = Graph(np.concatenate([self.src, pad_src]),
+                      np.concatenate([self.dst, pad_dst]), slot.num_nodes, slot.num_dst)
+        state = graph.__dict__
+        state["loaded"] = (rows, self.num_dst, self.num_edges)
+        state["global_node_ids"] = np.concatenate(
+            [self.rows, np.zeros(slot.num_nodes - rows, np.int64)])
+        state["global_edge_ids"] = np.concatenate([self.eids, np.zeros(spare, np.int64)])
+        return state
 
 
 class ChunkGrid:
@@ -96,10 +93,11 @@ class ChunkGrid:
         self.parts = parts = max(1, min(int(parts), max(n, 1)))
         self.block = -(-n // parts) if n else 1
         self.selective = selective
-        src_block, dst_block = graph.src // self.block, graph.dst // self.block
-        key = dst_block * parts + src_block            # column by column
+        key = (graph.dst // self.block).astype(np.int32) * parts     # column by column
+        key += (graph.src // self.block).astype(np.int32)
         order = np.argsort(key, kind="stable")
         counts = np.bincount(key, minlength=parts * parts)
+        del key
         capacity = max(int(counts.max()) if edge_capacity is None else int(edge_capacity), 1)
         if selective:
             runs = [(None, order)]
@@ -131,7 +129,8 @@ class ChunkGrid:
         at = np.searchsorted(dst_rows, src).clip(max=max(dst_rows.shape[0] - 1, 0))
         in_dst = dst_rows[at] == src if dst_rows.shape[0] else np.zeros(src.shape, bool)
         local_src = np.where(in_dst, at, dst_rows.shape[0] + np.searchsorted(extra, src))
-        return Piece(eids, rows, dst_rows.shape[0], local_src, local_dst)
+        return Piece(eids, rows, dst_rows.shape[0], local_src.astype(np.int32),
+                     local_dst.astype(np.int32))
 
     def capacities(self):
         """(rows, edges) a ChunkSlot needs for every piece, with a spare row for the

@@ -24,7 +24,7 @@ import numpy as np
 
 from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Concat, Constant,
                            Divide, Dot, EdgeSoftmax, ElementWise, Exp, Gather, GraphOp, Leaf,
-                           Mean, Multiply, OneHot, Placeholder, Reduction, Reshape, Slice,
+                           Mean, Multiply, OneHot, Reduction, Reshape, Slice,
                            Softmax, SparseDot, SparseDropout, SparseTransposedDot,
                            StopGradient, Subtract, Sum, Transpose, Unslice, Variable,
                            ordered_ops)

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ngnn.op_graph import (Aggregate, Assign, Dot, Max, Min, Placeholder, SparseDropout,
-                           SparseTransposedDot, Sum, ordered_ops)
+from ngnn.op_graph import (Aggregate, Constant, Max, Min, Placeholder, SparseDropout,
+                           ordered_ops)
 from ngnn.origin import built_for
 
 from .grid import ChunkGrid, ChunkSlot, RowBlock
@@ -139,6 +139,11 @@ class ChunkedProgram:
         self.graphs = [self.slot] + [h for r in self.runners
                                      for h in getattr(r, "holders", {}).values()]
         transformer.drop_graphs(self.graphs)
+        # The host drops a value after the last stage that reads it.
+        last_read = {a: k for k, stage in enumerate(plan.stages) for a in stage.inputs}
+        self.dead_after = [[a for a, k in last_read.items() if k == index and
+                            a not in results and not isinstance(a, (Placeholder, Constant))]
+                           for index in range(len(plan.stages))]
         self.stats = {"chunks": self.grid.parts, "pieces": len(self.grid.pieces),
                       "stages": len(self.runners), "vertex_block_rows": self.sizes.vertex_rows}
 
@@ -158,8 +163,10 @@ class ChunkedProgram:
         t.device_peak = t.device_allocated
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as reader:
-            for runner in self.runners:
+            for runner, dead in zip(self.runners, self.dead_after):
                 runner.run(values, step, reader)
+                for op in dead:
+                    del self.host[op]
         t.evict()
         t.drop_graphs(self.graphs)
         prefetch, waited = self.timing["prefetch"], self.timing["waited"]
@@ -310,7 +317,7 @@ class StageRunner:
         return out, time.perf_counter() - started
 
     def store(self, item, outs):
-        program, plan, host = self.program, self.program.plan, self.program.host
+        plan, host = self.program.plan, self.program.host
         for o, val in zip(self.stage.outputs, outs):
             space = plan.space[o]
             if isinstance(o, Aggregate):
