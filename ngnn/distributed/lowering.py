@@ -51,7 +51,22 @@ def synced(op):
         return whole
     degrees = g.global_in_degrees if at == "dst" else g.global_out_degrees
     divisor = np.maximum(degrees, 1).astype(whole.dtype).reshape((-1,) + (1,) * (op.ndim - 1))
-    return Divide(whole, Constant(divisor))
+    return DegreeDivide(whole, Constant(divisor))
+
+
+class DegreeDivide(Divide):
+    """A synced sum over degrees: the mean. Its adjoint multiplies by the degrees'
+    reciprocals, as Aggregate(mean)'s adjoint does, so that a rank rounds the gradient as
+    one process does (delta / d and delta * (1 / d) can differ in the last bit, and Adam
+    turns that bit into a visible step where a gradient is nearly 0)."""
+
+    @property
+    def op_name(self):
+        return "divide"
+
+    def adjoints(self, delta):
+        divisor = self.args[1]
+        return [delta * Constant(1.0 / divisor.value, dtype=divisor.dtype), None]
 
 
 def synced_softmax(op):
