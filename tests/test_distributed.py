@@ -174,12 +174,15 @@ def test_communication_ops_over_ranks(ranks, backend):
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_ranks_train_what_one_process_trains(ranks):
     """Every model, every policy, dropout on: the trained weights, the loss and the
-    accuracies equal the single-process run (weights within 1e-5 of each array's largest
-    magnitude; Adam's moments, squares of gradients near 0 among them, within 1e-4)."""
+    accuracies equal the single-process run. Weights within 1e-5 of each array's largest
+    magnitude (Adam's moments, squares of gradients near 0 among them, within 1e-4). One
+    rank does one process's arithmetic: bit for bit, but for GAT, whose backward pass
+    adds two attention gradients in another order around its communication ops."""
     report = driver(ranks, "equal", "gcn,sage,gat,gin", ",".join(POLICIES), "3")
     assert len(report) == 16
     for key, result in report.items():
-        assert result["weights"] < 1e-5, key
+        bound = (1e-7 if key.startswith("gat") else 0.0) if ranks == 1 else 1e-5
+        assert result["weights"] <= bound, key
         assert result["state"] < 1e-4, key
         assert result["loss"] < 1e-5, key
         assert result["accuracy"] == 0, key
