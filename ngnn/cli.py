@@ -63,8 +63,10 @@ def make_trainer(args, data, seed, transformer=None):
     from ngnn import optim
     from ngnn.train import Trainer
     from ngnn import transformers as ngt
-    if transformer is None and getattr(args, "debug_nans", False):
-        transformer = ngt.make_transformer(args.backend, debug_nans=True)
+    options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
+               if getattr(args, key, None)}
+    if transformer is None and options:
+        transformer = ngt.make_transformer(args.backend, **options)
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
     optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     if getattr(args, "part", None) is not None:
@@ -141,6 +143,8 @@ def cmd_train(args):
             if distributed(args):
                 from ngnn.distributed.launch import per_epoch as communication
                 print(communication(trainer, len(history)))
+            if getattr(args, "memory_budget", None):
+                print(chunking(trainer.train_step))
             result = trainer.evaluate()
             if args.save and _is_root(args):
                 trainer.save(_run_path(args.save, run, args.runs))
@@ -342,6 +346,31 @@ def cmd_simulate(args):
 # Every numeric option is checked as it is parsed, so a bad value is an argparse error
 # naming the option (NaN and infinities included), never a traceback later.
 
+def chunking(step):
+    """How a training step ran under --memory-budget."""
+    if not step.chunked:
+        return "memory budget: the training step fits, unchunked"
+    s, mib = step.stats, 2 ** 20
+    return (f"memory budget: training step in {s['chunks']} x {s['chunks']} chunks "
+            f"({s['pieces']} pieces, {s['stages']} stages), device peak "
+            f"{s['device_peak_bytes'] / mib:.1f} MiB of {s['budget_bytes'] / mib:.1f} MiB, "
+            f"{s['bytes_to_device'] / mib:.1f} MiB to and {s['bytes_from_device'] / mib:.1f} "
+            f"MiB from the device per step")
+
+
+def byte_count(text):
+    """"268435456", "256M", "1.5G" -> bytes (K, M, G are powers of 1024)."""
+    scale = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}.get(text[-1:].upper(), 1)
+    try:
+        value = float(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected bytes such as 268435456 or 256M, got "
+                                         f"{text!r}") from None
+    if not np.isfinite(value) or value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
 def integer(low):
     def parse(text):
         try:
@@ -441,6 +470,9 @@ def make_parser():
     train.add_argument("--debug-nans", action="store_true",
                        help="check every op's output and stop at the first NaN or Inf, "
                        "naming the op and its line (slower; docs/errors.md)")
+    train.add_argument("--memory-budget", type=byte_count, metavar="BYTES",
+                       help="device memory a training step may use (e.g. 256M): a step "
+                       "that needs more runs chunk by chunk (docs/out_of_core.md)")
     train.add_argument("--plot", metavar="FILE",
                        help="draw loss and train/val accuracy per epoch (.png, .svg, .pdf)")
     minibatch = train.add_argument_group("minibatches (ngnn.sampling)")

@@ -67,11 +67,19 @@ def normalize_features(x):
     return x / np.where(total == 0, 1, total).astype(np.float32)
 
 
+def is_float32_memmap(features):
+    """Features on disk (numpy.memmap, float32) are fed as they are: a chunked
+    computation (memory_budget) reads them block by block, never whole."""
+    return isinstance(features, np.memmap) and features.dtype == np.float32
+
+
 def use_sparse(features, sparse=None):
     """Whether the trainer feeds `features` sparse: `sparse` True or False forces it, None
     (auto) picks sparse below SPARSE_DENSITY non-zeros."""
     if sparse is not None:
         return bool(sparse)
+    if is_float32_memmap(features):
+        return False
     n, f = features.shape
     stored = features.nnz if scipy.sparse.issparse(features) else np.count_nonzero(features)
     return stored < SPARSE_DENSITY * n * f
@@ -155,6 +163,7 @@ class Trainer:
             self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
         else:
             self.features = features.toarray() if scipy.sparse.issparse(features) else \
+                features if is_float32_memmap(features) else \
                 np.asarray(features, dtype=np.float32)
         try:
             logits = self.model(self.graph, self.x, training=True)

@@ -30,7 +30,7 @@ def test_misspelled_options_raise_and_suggest(transformer_factory, typo, suggest
 
 def test_an_unrelated_option_lists_the_valid_ones(transformer_factory):
     with pytest.raises(TypeError, match=r"unknown option 'colour'; valid options: "
-                                        r"aggregate_transform_order, check_finite, debug_nans"):
+                                        r"aggregate_transform_order, check_finite, chunks, debug_nans"):
         transformer_factory(colour="red")
 
 

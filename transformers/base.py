@@ -97,14 +97,18 @@ class Computation:
         self.executor = None
         self._source = None
         self.calls = 0
+        self.transient = False     # holds device memory only while it runs (memory_budget)
+        self.stage = False         # a stage of a chunked program (ngnn.out_of_core)
 
     @property
     def results(self):
         return [r.forwarded for r in self._results]
 
     # ---- transformation ------------------------------------------------------------------
-    def transform(self):
-        if self.transformed:
+    def plan(self):
+        """Runs the passes (graph passes, fusion, memory planning) without generating
+        code: `memory_plan` and the IR are then known."""
+        if self.ordered_ops is not None:
             return
         from ngnn.frontend import lower_zoom_outs
         self._record("Trace")
@@ -123,9 +127,44 @@ class Computation:
             late_pass.do_pass(self)
             self._record(type(late_pass).__name__, self.steps)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
-        self.transformer.transform_ordered_ops(self)
+
+    def transform(self):
+        if self.transformed:
+            return
+        self.plan()
+        if self.runs_chunked():
+            from ngnn.out_of_core import ChunkedProgram
+            self.executor = ChunkedProgram(self)
+            self._source = self.executor.source
+        else:
+            self.transformer.transform_ordered_ops(self)
         self.transformer.compilations += 1
         self.transformed = True
+
+    def runs_chunked(self):
+        """Whether this computation runs chunk by chunk (ngnn.out_of_core): it has graph
+        ops, and the transformer fixes the chunk count or its memory_budget is less than
+        the unchunked plan needs."""
+        from ngnn.out_of_core import plan_bytes
+        from ngnn.op_graph import GraphOp
+        t = self.transformer
+        if self.stage or t.memory_budget is None and t.chunks is None or \
+                not any(isinstance(op, GraphOp) for op in self.ordered_ops):
+            return False
+        return t.chunks is not None or plan_bytes(self) > t.memory_budget
+
+    @property
+    def chunked(self):
+        from ngnn.out_of_core import ChunkedProgram
+        return isinstance(self.executor, ChunkedProgram)
+
+    @property
+    def stats(self):
+        """What the last call did: for a chunked computation (memory_budget) the chunk
+        count P, the device's peak allocated bytes, the bytes sent to and from the device
+        and the share of transfer time hidden behind computation; else {"chunks": 1}."""
+        self.transform()
+        return dict(self.executor.stats) if self.chunked else {"chunks": 1}
 
     def _snapshot_assigned_variables(self):
         """Results, and values assigned, that are (views of) a variable this call assigns
@@ -238,6 +277,8 @@ class Computation:
         self.transform()
         self.transformer.initialize()
         values = self._check_arguments(args)
+        if self.transient and not self.chunked:
+            self.transformer.make_resident(self)
         outputs = self.executor(*values, self.calls)
         self.calls += 1
         return outputs[0] if self.single else tuple(outputs)
@@ -247,7 +288,9 @@ class Computation:
             names = ", ".join(p.name or "?" for p in self.parameters)
             raise TypeError(f"computation {self.name!r} takes {len(self.parameters)} "
                             f"argument(s) ({names}), got {len(args)}")
-        return [check_argument(p, a, self.transformer.check_finite)
+        # A chunked program checks a memory-mapped argument block by block as it reads it.
+        return [check_argument(p, a, self.transformer.check_finite and
+                               not (self.chunked and isinstance(a, np.memmap)))
                 for p, a in zip(self.parameters, args)]
 
 
@@ -276,8 +319,13 @@ def check_argument(placeholder, value, check_finite):
             (array.min() < np.iinfo(placeholder.dtype).min or
              array.max() > np.iinfo(placeholder.dtype).max):
         raise ValueError(f"parameter {name!r}: values do not fit {placeholder.dtype}")
-    # Not np.ascontiguousarray: it turns a 0-d argument into shape (1,).
-    array = np.asarray(array, dtype=placeholder.dtype, order="C")
+    # Not np.ascontiguousarray: it turns a 0-d argument into shape (1,). A memory map of
+    # the right layout stays one, so a chunked computation can read it from its file.
+    if isinstance(value, np.memmap) and value.dtype == placeholder.dtype and \
+            value.flags.c_contiguous:
+        array = value
+    else:
+        array = np.asarray(array, dtype=placeholder.dtype, order="C")
     if check_finite and want == "f" and not np.isfinite(array).all():
         bad = int(array.size - np.count_nonzero(np.isfinite(array)))
         raise ValueError(f"parameter {name!r} contains {bad} NaN or Inf value(s)")
@@ -285,7 +333,8 @@ def check_argument(placeholder, value, check_finite):
 
 
 BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "check_finite",
-                "debug_nans", "aggregate_transform_order")
+                "debug_nans", "aggregate_transform_order", "memory_budget", "chunks",
+                "selective_scheduling")
 
 
 def unknown_option_error(what, name, valid):
@@ -322,7 +371,11 @@ class Transformer:
     check_finite=False skips the NaN/Inf check of arguments; debug_nans=True checks every
     op's output as it runs and raises at the first NaN or Inf (docs/errors.md);
     aggregate_transform_order=False keeps every aggregation and matrix product in the
-    order the model wrote them. A transformer kind names its own further options in
+    order the model wrote them; memory_budget=BYTES runs a computation whose plan needs
+    more device memory chunk by chunk within that many bytes (docs/out_of_core.md),
+    chunks=P runs every computation with graph ops over a P x P chunk grid, and
+    selective_scheduling=False makes edge chunks always load whole vertex blocks. A
+    transformer kind names its own further options in
     `extra_options`; any other name is an error that suggests the closest valid one."""
 
     name = None
@@ -331,13 +384,24 @@ class Transformer:
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
                  max_recompute=16, check_finite=True, debug_nans=False,
-                 aggregate_transform_order=True, **options):
+                 aggregate_transform_order=True, memory_budget=None, chunks=None,
+                 selective_scheduling=True, **options):
         valid = BASE_OPTIONS + tuple(self.extra_options)
         for key in options:
             if key not in valid:
                 raise unknown_option_error(f"make_transformer({self.name!r})", key, valid)
         if not isinstance(max_recompute, (int, np.integer)) or max_recompute < 0:
             raise ValueError(f"max_recompute must be a non-negative int, got {max_recompute!r}")
+        for name, value in (("memory_budget", memory_budget), ("chunks", chunks)):
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, (int, np.integer)) or value <= 0):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.memory_budget = None if memory_budget is None else int(memory_budget)
+        self.chunks = None if chunks is None else int(chunks)
+        self.selective_scheduling = bool(selective_scheduling)
+        self.device_allocated = 0      # bytes this transformer holds on its device now
+        self.device_peak = 0           # the most it held at once (reset per chunked call)
+        self.resident = None           # the transient computation holding memory now
         self.user_passes = check_passes(passes)
         self.debug_nans = bool(debug_nans)
         self.optimize = optimize
@@ -381,6 +445,8 @@ class Transformer:
         if self.closed:
             raise RuntimeError("the transformer is closed")
         comp = self.computation_class(self, results, parameters, name=name)
+        # Under a memory budget every computation holds device memory only while it runs.
+        comp.transient = self.memory_budget is not None or self.chunks is not None
         self.computations.append(comp)
         return comp
 
@@ -407,6 +473,37 @@ class Transformer:
         if variable not in self.variable_tensors:
             self.variable_tensors[variable] = self.allocate_variable(variable)
         return self.variable_tensors[variable]
+
+    # ---- device memory ------------------------------------------------------------------
+    def count_allocation(self, nbytes):
+        self.device_allocated += int(nbytes)
+        self.device_peak = max(self.device_peak, self.device_allocated)
+
+    def make_resident(self, computation):
+        """Gives a transient computation (a stage of a chunked program) its buffers,
+        taking them from the one that held them: one transient computation at a time."""
+        if self.resident is not computation:
+            self.evict()
+            self.acquire(computation)
+            self.resident = computation
+
+    def evict(self):
+        if self.resident is not None:
+            self.release(self.resident)
+            self.resident = None
+
+    def hold_graphs(self, graphs):
+        """Device copies of the index arrays of `graphs` (a chunked program's slots),
+        held only while the program runs; a host-memory transformer has none."""
+
+    def drop_graphs(self, graphs):
+        """Frees what hold_graphs allocated."""
+
+    def acquire(self, computation):
+        raise TypeError(f"{type(self).__name__} must implement acquire()")
+
+    def release(self, computation):
+        raise TypeError(f"{type(self).__name__} must implement release()")
 
     def is_view(self, op):
         """Whether op's result is a view of its first argument (no storage of its own)."""

@@ -77,7 +77,14 @@ class GPUDeviceBufferStorage(DeviceBufferStorage):
     def allocate(self):
         self.buffer = self.transformer.runtime.alloc(self.nbytes)
         self.transformer.storages.append(self)
+        self.transformer.count_allocation(self.nbytes)
         return self.buffer
+
+    def free(self):
+        self.transformer.runtime.free(self.buffer)
+        self.transformer.storages.remove(self)
+        self.transformer.count_allocation(-self.nbytes)
+        self.buffer = None
 
 
 def check_device_memory(runtime, requests, in_use):
@@ -123,13 +130,17 @@ class GPUDeviceTensor(DeviceTensor):
         return GPUDeviceTensor(self.storage, self.offset, shape, self.dtype)
 
 
-def new_tensor(transformer, shape, dtype, name):
+def new_tensor(transformer, shape, dtype, name, allocate=True):
+    """A device tensor of its own buffer, allocated now (or, `allocate=False`, when its
+    transient computation becomes resident)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    check_device_memory(transformer.runtime, [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
-                        sum(storage.nbytes for storage in transformer.storages))
     storage = GPUDeviceBufferStorage(transformer, nbytes, name)
-    storage.allocate()
+    if allocate:
+        check_device_memory(transformer.runtime,
+                            [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
+                            sum(storage.nbytes for storage in transformer.storages))
+        storage.allocate()
     return GPUDeviceTensor(storage, 0, shape, dtype)
 
 
@@ -179,7 +190,11 @@ class SparseInput:
                                          if part == "data" else np.int32)
             buffer = self.buffers.get(part)
             if buffer is None or buffer.nbytes < array.nbytes:
+                if buffer is not None:
+                    runtime.free(buffer)
+                    self.transformer.count_allocation(-buffer.nbytes)
                 buffer = self.buffers[part] = runtime.alloc(max(array.nbytes, 4))
+                self.transformer.count_allocation(buffer.nbytes)
             if array.nbytes:
                 runtime.write(buffer, 0, array)
 
@@ -189,14 +204,23 @@ class GPUKernelGroup:
     call number."""
 
     def __init__(self, transformer, kernels, launches, parameters, results, deferred,
-                 label_checks):
+                 label_checks, storages):
         self.transformer = transformer
         self.kernels = kernels
-        self.launches = launches            # (kernel, global, local, args) or (host step, None...)
+        self.planned = launches             # (kernel, global, local, args) or (host step, None...)
         self.parameters = parameters        # DeviceTensors, in call order
         self.results = results              # DeviceTensors to download
         self.deferred = deferred            # (value tensor, variable tensor)
         self.label_checks = label_checks    # (parameter index, classes): before the upload
+        self.storages = storages            # allocated when resident (a transient computation)
+        self.launches = None
+
+    def bind(self):
+        """The launches with the device buffers their tensors now hold."""
+        self.launches = [(kernel, global_size, local_size,
+                          bound and [a.buffer if isinstance(a, GPUDeviceTensor) else a
+                                     for a in bound], checks)
+                         for kernel, global_size, local_size, bound, checks in self.planned]
 
     def __call__(self, *args):
         *values, step = args
@@ -277,6 +301,29 @@ class GPUTransformer(Transformer):
     def inplace_ok(self, op):
         return False      # kernel arguments are declared restrict: never out and in at once
 
+    def hold_graphs(self, graphs):
+        """Allocates the index arrays of `graphs` (slots) again; refresh_graphs uploads
+        them before the next launch."""
+        for key, tensor in self.graph_tensors.items():
+            if key[0] in graphs and tensor.storage.buffer is None:
+                tensor.storage.allocate()
+                self.uploaded_versions[key] = None
+
+    def drop_graphs(self, graphs):
+        for key, tensor in self.graph_tensors.items():
+            if key[0] in graphs and tensor.storage.buffer is not None:
+                tensor.storage.free()
+
+    def acquire(self, computation):
+        for storage in computation.executor.storages:
+            storage.allocate()
+        computation.executor.bind()
+
+    def release(self, computation):
+        for storage in computation.executor.storages:
+            storage.free()
+        computation.executor.launches = None
+
     def allocate_variable(self, variable):
         return new_tensor(self, variable.shape, variable.dtype, variable.name)
 
@@ -325,7 +372,9 @@ class GPUTransformer(Transformer):
             self.variable_tensors, self.constant_tensors, self.graph_tensors = {}, {}, {}
             for comp in self.computations:
                 comp.executor = None
+            self.resident = None
         super().close()
+
     def refresh_graphs(self):
         """Uploads the index arrays of slots loaded since their last upload (same sizes,
         same device buffers, so the compiled kernels stay valid)."""
@@ -342,15 +391,20 @@ class GPUTransformer(Transformer):
                    for root in kernel_roots(step)]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
         memory = computation.memory_plan
-        check_device_memory(self.runtime, self.allocation_requests(computation, kernels, memory),
-                            sum(storage.nbytes for storage in self.storages))
+        now = not computation.transient      # else allocated when resident
+        if now:
+            check_device_memory(self.runtime,
+                                self.allocation_requests(computation, kernels, memory),
+                                sum(storage.nbytes for storage in self.storages))
         buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
                    for i, nbytes in enumerate(memory.buffer_bytes)]
-        for storage in buffers:
-            storage.allocate()
         placeholders = {p: SparseInput(self, p) if p.is_sparse else
-                        new_tensor(self, p.shape, p.dtype, p.name)
+                        new_tensor(self, p.shape, p.dtype, p.name, allocate=now)
                         for p in computation.parameters}
+        transient = buffers + [t.storage for t in placeholders.values()
+                               if isinstance(t, GPUDeviceTensor)]
+        for storage in buffers if now else []:
+            storage.allocate()
 
         def tensor_of(op):
             if isinstance(op, Assign):
@@ -395,9 +449,9 @@ class GPUTransformer(Transformer):
             bound = []
             for binding in k.bindings:
                 if binding[0] in ("out", "tensor"):
-                    bound.append(tensor_of(binding[1]).buffer)
+                    bound.append(tensor_of(binding[1]))
                 elif binding[0] == "graph":
-                    bound.append(self.graph_tensor(*binding[1:]).buffer)
+                    bound.append(self.graph_tensor(*binding[1:]))
                 elif binding[0] == "sparse":
                     bound.append((placeholders[binding[1]], binding[2]))   # set per call
                 else:
@@ -411,5 +465,7 @@ class GPUTransformer(Transformer):
             [tensor_of(r) for r in computation.results],
             [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns
              if plan.base(a.args[1]) not in memory.into_variable],
-            label_checks)
+            label_checks, [] if now else transient)
+        if now:
+            computation.executor.bind()
         computation._source = source

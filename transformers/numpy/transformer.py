@@ -51,6 +51,7 @@ class NumPyTransformer(Transformer):
     def allocate_variable(self, variable):
         storage = NumPyDeviceBufferStorage(self, variable.nbytes, variable.name)
         storage.allocate()
+        self.count_allocation(variable.nbytes)
         return NumPyDeviceTensor(storage, 0, variable.shape, variable.dtype)
 
     def close(self):
@@ -74,6 +75,15 @@ class NumPyTransformer(Transformer):
         weakref.finalize(computation, linecache.cache.pop, filename, None)
         namespace = {}
         exec(compile(source, filename, "exec"), namespace)
+        variables = [self.variable_tensor(v).array for v in module.variables]
+        computation.bind = lambda buffers: namespace["bind"](
+            buffers, variables, module.constants, module.graphs, module.checked_ops)
+        computation._source = source
+        if not computation.transient:
+            self.acquire(computation)
+
+    def acquire(self, computation):
+        """Allocates the computation's buffers and binds its generated code to them."""
         buffers = []
         for i, nbytes in enumerate(computation.memory_plan.buffer_bytes):
             storage = NumPyDeviceBufferStorage(self, nbytes, f"buffer{i}")
@@ -83,13 +93,15 @@ class NumPyTransformer(Transformer):
                 raise MemoryError(f"{buffer_holding(computation.memory_plan, i)} needs "
                                   f"{nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than this "
                                   "machine can allocate") from None
-        variables = [self.variable_tensor(v).array for v in module.variables]
+        self.count_allocation(sum(computation.memory_plan.buffer_bytes))
         computation.buffers = buffers
-        computation.executor = namespace["bind"](buffers, variables, module.constants,
-                                                 module.graphs, module.checked_ops)
+        computation.executor = computation.bind(buffers)
         if self.debug_nans:
             computation.executor = without_float_warnings(computation.executor)
-        computation._source = source
+
+    def release(self, computation):
+        self.count_allocation(-sum(computation.memory_plan.buffer_bytes))
+        computation.buffers = computation.executor = None
 
 
 def without_float_warnings(executor):

@@ -1,0 +1,288 @@
+"""Chunk planning: a computation's ops cut into stages that run block by block.
+
+Every value is one of: a node tensor (rows are vertices, space "n"), an edge tensor ("e"),
+the transpose of a node or edge matrix ("nT", "eT": only a matrix product contracts it),
+or small (weights, scalars: None). Node tensors live on the host and reach the device a
+block of rows at a time; edge tensors an edge piece at a time.
+
+A stage is one kind of work:
+  vertex  row-local ops on node tensors, run on row blocks; a reduction over the rows (a
+          loss, a weight gradient X^T @ D) gives one partial result per block, summed;
+  edge    gathers, edge ops and aggregations, run on the edge pieces of the chunk grid; an
+          aggregation gives one partial result per piece, combined on the host;
+  small   everything else, run once (the optimizer's arithmetic);
+  assign  the assignments, last, so every read in the step sees the old variables.
+
+An op joins the stage of its arguments when it can read them as they are computed (same
+kind, row by row, and no partial result among them); else it starts a later stage. Ops
+whose readers all sit in one later stage move there, so a cheap value (a recomputed
+dropout mask) is recomputed where it is used instead of stored. Broadcasts of small values
+to rows, transposes of node matrices and dropouts of sparse features are views: copied into
+each stage that reads them.
+"""
+import numpy as np
+
+from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Concat, Constant,
+                           Divide, Dot, EdgeSoftmax, ElementWise, Exp, Gather, GraphOp, Leaf,
+                           Mean, Multiply, OneHot, Placeholder, Reduction, Reshape, Slice,
+                           Softmax, SparseDot, SparseDropout, SparseTransposedDot,
+                           StopGradient, Subtract, Sum, Transpose, Unslice, Variable,
+                           ordered_ops)
+
+ROWS = ("n", "e")
+
+
+class ChunkingError(ValueError):
+    """A computation cannot run chunked (memory_budget); the message names the op."""
+
+
+def chunked_graph(ops):
+    """The one graph the graph ops run over."""
+    graphs = list(dict.fromkeys(op.graph for op in ops if isinstance(op, GraphOp)))
+    if len(graphs) != 1:
+        what = "no graph op" if not graphs else f"graph ops over {len(graphs)} graphs"
+        raise ChunkingError(f"memory_budget: chunked execution needs the graph ops of one "
+                            f"graph, and this computation has {what}")
+    return graphs[0]
+
+
+def rewrite_for_chunks(results):
+    """Rewrites, by forwarding, what a partial result cannot compute: a mean aggregation
+    becomes a sum times 1 / degree, an edge softmax its max, exp, sum and divide (each
+    aggregation then combined over pieces), a mean over rows a sum divided by the count."""
+    for op in ordered_ops(results):
+        if isinstance(op, Aggregate) and op.reduce == "mean":
+            op.forward = Multiply(Aggregate(op.args[0], op.graph, op.at, "sum"),
+                                  op.degree_scale())
+        elif isinstance(op, EdgeSoftmax):
+            x, g, at = op.args[0], op.graph, op.at
+            peak = StopGradient(Aggregate(x, g, at=at, reduce="max"))
+            e = Exp(Subtract(x, Gather(peak, g, by=at)))
+            op.forward = Divide(e, Gather(Aggregate(e, g, at=at, reduce="sum"), g, by=at))
+        elif isinstance(op, Mean) and op.args[0].ndim and 0 in op.axes:
+            total = Sum(op.args[0], axis=op.axes, keepdims=op.keepdims)
+            op.forward = Divide(total, Constant(np.asarray(max(op.count, 1), op.dtype)))
+    return [r.forwarded for r in results]
+
+
+class Plan:
+    """Spaces, stages and the values stages exchange, for the ops `results` need over
+    `graph`."""
+
+    def __init__(self, results, graph):
+        self.graph = graph
+        self.results = results
+        self.ops = ordered_ops(results)
+        self.users = {op: [] for op in self.ops}
+        for op in self.ops:
+            for a in op.args:
+                self.users[a].append(op)
+        self.space, self.kind, self.partial = {}, {}, set()
+        for op in self.ops:
+            self.space[op] = self._space(op)
+            self.kind[op] = self._kind(op)
+        self.level = self._levels()
+        self.stages = self._stages()
+
+    # ---- spaces -----------------------------------------------------------------------
+    def rows_of(self, space):
+        return {"n": self.graph.num_nodes, "e": self.graph.num_edges}[space]
+
+    def _space(self, op):
+        n, e = self.graph.num_nodes, self.graph.num_edges
+        if isinstance(op, Communication):
+            raise ChunkingError(f"memory_budget: {op} is communication between ranks; "
+                                "distributed computations are not chunked")
+        if isinstance(op, Leaf):
+            if isinstance(op, Variable) or not op.shape:
+                return None
+            if op.shape[0] == n:
+                return "n"
+            return "e" if op.shape[0] == e else None
+        if isinstance(op, Gather):
+            return "e"
+        if isinstance(op, Aggregate):
+            self.partial.add(op)
+            return "n"
+        args = [self.space[a] for a in op.args]
+        rows = [s for s in args if s is not None]
+        if not rows:
+            if isinstance(op, Broadcast) and op.shape and op.shape[0] in (n, e):
+                return "bcast"
+            return None
+        if isinstance(op, Transpose):
+            (s,) = args
+            if op.axes[0] == 0:
+                return s
+            if s in ROWS and op.ndim == 2:
+                return s + "T"
+            return self._refuse(op, "moves the row axis")
+        if isinstance(op, (Dot, SparseTransposedDot)):
+            a, b = args
+            if a in ROWS and b is None and not isinstance(op, SparseTransposedDot):
+                return a
+            if isinstance(op, SparseTransposedDot) and a == b == "n" or \
+                    a in ("nT", "eT") and b == a[0]:
+                self.partial.add(op)
+                return None
+            return self._refuse(op, "is a product this chunking does not split")
+        if isinstance(op, (SparseDot, SparseDropout)):
+            return args[0]
+        real = set(rows) - {"bcast"}
+        if len(real) > 1 or real - set(ROWS):
+            return self._refuse(op, f"mixes values of different row spaces {sorted(real)}")
+        space = real.pop() if real else "bcast"
+        if isinstance(op, Reduction):
+            if 0 not in op.axes:
+                return space
+            if space == "e" or isinstance(op, Mean):
+                return self._refuse(op, "reduces over every edge")
+            self.partial.add(op)
+            return None
+        if isinstance(op, Softmax):
+            return space if op.axis != 0 else self._refuse(op, "normalizes over the rows")
+        if isinstance(op, (Slice, Unslice)):
+            full = op.key[0] == slice(0, op.args[0].shape[0] if isinstance(op, Slice)
+                                      else op.shape[0], 1)
+            return space if full else self._refuse(op, "slices the rows")
+        if isinstance(op, Concat):
+            return space if op.axis != 0 else self._refuse(op, "concatenates rows")
+        if isinstance(op, (ElementWise, OneHot, Reshape, Broadcast)):
+            if isinstance(op, Reshape) and op.shape[:1] != op.args[0].shape[:1]:
+                return self._refuse(op, "reshapes across rows")
+            for a, s in zip(op.args, args):
+                if s is None and a.ndim == op.ndim and a.shape[0] == op.shape[0] != 1:
+                    return self._refuse(op, f"reads {a}, which has a row per vertex or edge "
+                                            "but is not computed row by row")
+            return space if space in ROWS else "bcast"
+        return self._refuse(op, "is not an op this chunking splits")
+
+    def _refuse(self, op, why):
+        raise ChunkingError(f"memory_budget: cannot run {op} ({op.op_name}, built at "
+                            f"{op.origin and ':'.join(map(str, op.origin))}) chunk by chunk: "
+                            f"it {why}")
+
+    # ---- stages -----------------------------------------------------------------------
+    def _kind(self, op):
+        if isinstance(op, Leaf):
+            return "leaf"
+        if isinstance(op, Assign):
+            return "assign"
+        space = self.space[op]
+        if space == "bcast" or space in ("nT", "eT") or isinstance(op, SparseDropout):
+            return "view"
+        if isinstance(op, (Gather, Aggregate)) or space == "e":
+            return "edge"
+        if space == "n" or op in self.partial:
+            return "vertex"
+        return "small"
+
+    def reads(self, op):
+        """The values `op` reads, seen through the views it reads (views are copied into
+        every stage that reads them)."""
+        for a in op.args:
+            if self.kind[a] == "view":
+                yield from self.reads(a)
+            else:
+                yield a
+
+    def readers(self, op):
+        """The ops that read `op`, seen through views."""
+        for u in self.users[op]:
+            if self.kind[u] == "view":
+                yield from self.readers(u)
+            else:
+                yield u
+
+    def _levels(self):
+        level = {}
+        for op in self.ops:
+            if self.kind[op] in ("leaf", "view"):
+                continue
+            level[op] = max((level[a] + self._complete_before(a, op) for a in self.reads(op)
+                             if self.kind[a] != "leaf"), default=0)
+        last = max(level.values(), default=0) + 1
+        for op in self.ops:
+            if self.kind[op] == "assign":
+                level[op] = last
+        # A value read by one later stage only moves into that stage.
+        results = set(self.results)
+        for op in reversed(self.ops):
+            kind = self.kind[op]
+            if kind not in ("vertex", "edge") or op in self.partial or op in results:
+                continue
+            readers = {(level[u], self.kind[u]) for u in self.readers(op)}
+            if len(readers) == 1:
+                (where,) = readers
+                if where[1] == kind and where[0] > level[op]:
+                    level[op] = where[0]
+        return level
+
+    def _complete_before(self, arg, op):
+        """Whether `op` must wait until `arg` is complete (a later stage)."""
+        return int(arg in self.partial or self.kind[arg] != self.kind[op])
+
+    def _stages(self):
+        stages = {}
+        for op in self.ops:
+            if self.kind[op] in ("leaf", "view"):
+                continue
+            key = (self.level[op], self.kind[op])
+            stages.setdefault(key, []).append(op)
+        ordered = [Stage(kind, ops, self) for (level, kind), ops in sorted(stages.items())]
+        placed = {op: s for s in ordered for op in s.ops}
+        results = set(self.results)
+        for s in ordered:
+            s.find_inputs(placed)
+        for s in ordered:
+            for op in s.ops:
+                elsewhere = {placed[u] for u in self.readers(op)} - {s}
+                if op in results or elsewhere:
+                    s.outputs.append(op)
+        return ordered
+
+
+class Stage:
+    """Ops of one kind that run together, block by block (vertex), piece by piece (edge)
+    or once (small, assign). `inputs`: the values it reads from outside (completed
+    values of earlier stages, and row-space leaves fed block by block); `views`: the view
+    ops it copies in; `outputs`: what later stages or the results read."""
+
+    def __init__(self, kind, ops, plan):
+        self.kind = kind
+        self.ops = ops
+        self.plan = plan
+        self.inputs, self.views, self.outputs = [], [], []
+
+    def find_inputs(self, placed):
+        inside = set(self.ops)
+        seen = set()
+
+        def visit(a):
+            if a in inside or a in seen:
+                return
+            seen.add(a)
+            kind = self.plan.kind[a]
+            if kind == "view":
+                for b in a.args:
+                    visit(b)
+                self.views.append(a)
+            elif kind == "leaf" and (isinstance(a, Variable) or self.plan.space[a] is None
+                                     and isinstance(a, Constant)):
+                return            # weights and small constants: the same op in every stage
+            else:
+                self.inputs.append(a)
+
+        for op in self.ops:
+            for a in op.args:
+                visit(a)
+        order = {op: i for i, op in enumerate(self.plan.ops)}
+        self.views.sort(key=order.get)
+
+    @property
+    def aggregates(self):
+        return [op for op in self.ops if isinstance(op, Aggregate)]
+
+    def __repr__(self):
+        return f"<Stage {self.kind}: {len(self.ops)} ops, {len(self.inputs)} inputs, " \
+               f"{len(self.outputs)} outputs>"

@@ -1,0 +1,370 @@
+"""The chunked program: a computation whose device plan exceeds the memory budget, run as
+stages over row blocks and edge pieces (seed 003, NeuGraph's streaming).
+
+Each stage (ngnn.out_of_core.plan) becomes an ordinary computation of the same transformer,
+over block-sized placeholders, a RowBlock (vertex stages) or the ChunkSlot (edge stages), so
+it is fused, planned and generated like any other. Those computations hold device memory
+only while they run (`Transformer.make_resident`), one at a time; the whole tensors stay on
+the host. Vertex stages stream row blocks, edge stages the grid's pieces column by column
+(an aggregation at the source: row by row), and a reader thread prepares the next block's
+inputs (rows gathered, features read from disk) while the current one computes.
+"""
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ngnn.op_graph import (Aggregate, Assign, Dot, Max, Min, Placeholder, SparseDropout,
+                           SparseTransposedDot, Sum, ordered_ops)
+from ngnn.origin import built_for
+
+from .grid import ChunkGrid, ChunkSlot, RowBlock
+from .plan import ROWS, ChunkingError, Plan, chunked_graph, rewrite_for_chunks
+
+# Device bytes per edge and per row a piece's index arrays take (int32 src, dst, both CSR
+# edge orders, the ids keying dropout; both CSR row pointers and row ids).
+INDEX_BYTES_PER_EDGE = 20
+INDEX_BYTES_PER_ROW = 12
+
+
+def row_bytes(op):
+    return int(np.prod(op.shape[1:], dtype=np.int64)) * op.dtype.itemsize
+
+
+def plan_bytes(computation):
+    """Device bytes an unchunked run of `computation` needs: its memory plan, parameters,
+    variables, constants and the index arrays of its graphs (planned, not generated)."""
+    computation.plan()
+    ops = computation.ordered_ops
+    graphs = {op.graph for op in ops if hasattr(op, "graph") and op.graph is not None}
+    leaves = sum(op.nbytes for op in ops if op.__class__.__name__ in
+                 ("Placeholder", "Variable", "Constant"))
+    index = sum(4 * (4 * g.num_edges + 2 * (g.num_nodes + 1)) for g in graphs)
+    return computation.memory_plan.peak_bytes + leaves + index
+
+
+def read_rows(array, start, stop):
+    """Rows [start, stop) of `array`; from a numpy.memmap they are read from its file, so
+    the mapping's pages never become part of this process's resident memory."""
+    if not isinstance(array, np.memmap) or array.filename is None:
+        return array[start:stop]
+    width = int(np.prod(array.shape[1:], dtype=np.int64))
+    offset = array.offset + start * width * array.dtype.itemsize
+    with open(array.filename, "rb") as f:
+        rows = np.fromfile(f, dtype=array.dtype, count=(stop - start) * width, offset=offset)
+    return rows.reshape((stop - start,) + array.shape[1:])
+
+
+class Sizes:
+    """The chunking a budget allows (or `parts` fixes): P (vertex blocks of the grid), the
+    edge capacity of a piece, and the rows of a vertex stage's block. The seed's rule: P
+    is the smallest count whose blocks and pieces fit, the bytes of every value a stage
+    holds counted without buffer sharing (an upper bound of its memory plan)."""
+
+    def __init__(self, plan, budget, parts, variables):
+        graph = plan.graph
+        n, e = graph.num_nodes, graph.num_edges
+        if budget is None:
+            self.parts = min(parts, max(n, 1))
+            self.vertex_rows, self.edge_capacity = max(-(-n // self.parts), 1), None
+            return
+        persistent = sum(v.nbytes for v in variables)
+        small = sum(op.nbytes for op in plan.ops if plan.space[op] is None)
+
+        def stage_row_bytes(kind, space):
+            return max([sum(row_bytes(op) for op in s.inputs + s.ops + s.views
+                            if plan.space[op] == space)
+                        for s in plan.stages if s.kind == kind], default=0)
+
+        vertex_row = stage_row_bytes("vertex", "n")
+        node_row = stage_row_bytes("edge", "n") + INDEX_BYTES_PER_ROW
+        edge_row = stage_row_bytes("edge", "e") + INDEX_BYTES_PER_EDGE
+        room = budget - persistent - small
+        if room <= 0:
+            raise ChunkingError(f"memory_budget={budget} bytes leaves no room: the weights "
+                                f"and small values alone take {persistent + small} bytes")
+        self.vertex_rows = int(min(max(n, 1), room // max(vertex_row, 1)))
+        if self.vertex_rows < 1:
+            raise ChunkingError(f"memory_budget={budget} bytes cannot hold one row of a "
+                                f"vertex stage ({vertex_row} bytes)")
+        for p in [parts] if parts else range(1, max(n, 1) + 1):
+            block = -(-n // p)
+            edges = (room - (2 * block + 1) * node_row) // edge_row
+            if edges >= max(1, -(-e // (p * p))) or parts and edges >= 1:
+                self.parts, self.edge_capacity = p, int(edges)
+                return
+        raise ChunkingError(f"memory_budget={budget} bytes cannot hold the rows and edges of "
+                            f"one piece of {'a' if parts is None else parts} x "
+                            f"{'P' if parts is None else parts} chunking")
+
+
+class ChunkedProgram:
+    """The executor of a computation run chunk by chunk (see the module doc); `stats`
+    holds the last call's figures."""
+
+    def __init__(self, computation):
+        self.computation = computation
+        transformer = self.transformer = computation.transformer
+        budget = transformer.memory_budget
+        with built_for(None):
+            results = rewrite_for_chunks(computation.results)
+        self.results = results
+        graph = chunked_graph(ordered_ops(results))
+        self.plan = plan = Plan(results, graph)
+        for r in results:
+            if plan.kind[r] in ("leaf", "view"):
+                raise ChunkingError(f"memory_budget: the result {r} is not computed by the "
+                                    "computation (a leaf or a view); return a computed value")
+        self.sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
+        self.grid = ChunkGrid(graph, self.sizes.parts, self.sizes.edge_capacity,
+                              transformer.selective_scheduling)
+        self.slot = ChunkSlot(*self.grid.capacities())
+        self.budget = budget
+        self.parameters = {p: i for i, p in enumerate(computation.parameters)}
+        self.runners = [StageRunner(self, k, stage) for k, stage in enumerate(plan.stages)]
+        self.graphs = [self.slot] + [h for r in self.runners
+                                     for h in getattr(r, "holders", {}).values()]
+        transformer.drop_graphs(self.graphs)
+        self.stats = {"chunks": self.grid.parts, "pieces": len(self.grid.pieces),
+                      "stages": len(self.runners), "vertex_block_rows": self.sizes.vertex_rows}
+
+    @property
+    def source(self):
+        return "\n\n".join(f"# ---- stage {r.index} ({r.stage.kind}) ----\n{c.source}"
+                           for r in self.runners for c in r.computations.values())
+
+    def __call__(self, *args):
+        *values, step = args
+        t = self.transformer
+        self.host = {}
+        self.moved = {"to": 0, "from": 0}
+        self.timing = {"prefetch": 0.0, "waited": 0.0}
+        t.evict()
+        t.hold_graphs(self.graphs)
+        t.device_peak = t.device_allocated
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=1) as reader:
+            for runner in self.runners:
+                runner.run(values, step, reader)
+        t.evict()
+        t.drop_graphs(self.graphs)
+        prefetch, waited = self.timing["prefetch"], self.timing["waited"]
+        self.stats.update({
+            "device_peak_bytes": t.device_peak, "budget_bytes": self.budget,
+            "bytes_to_device": self.moved["to"], "bytes_from_device": self.moved["from"],
+            "seconds": time.perf_counter() - started, "transfer_seconds": prefetch,
+            "hidden_transfer_share": max(0.0, prefetch - waited) / prefetch if prefetch else 1.0,
+            "loaded_rows": self.grid.loaded_rows[
+                "selective" if self.grid.selective else "whole"]})
+        outputs = [self.host[r] for r in self.results]
+        self.host = None
+        return outputs
+
+    # ---- values on the host ----------------------------------------------------------
+    def value(self, op, values):
+        if op in self.host:
+            return self.host[op]
+        if isinstance(op, Placeholder):
+            return values[self.parameters[op]]
+        return op.value            # a constant with a row per vertex or edge
+
+
+class StageRunner:
+    """One stage: its computation(s) and how it streams."""
+
+    def __init__(self, program, index, stage):
+        self.program = program
+        self.index = index
+        self.stage = stage
+        plan, t = program.plan, program.transformer
+        name = f"{program.computation.name}.stage{index}_{stage.kind}"
+        self.sum_like = [o for o in stage.outputs if o in plan.partial]
+        if stage.kind == "vertex":
+            n, rows = plan.graph.num_nodes, program.sizes.vertex_rows
+            self.blocks = [(s, min(s + rows, n)) for s in range(0, n, rows)]
+            sizes = sorted({stop - start for start, stop in self.blocks}, reverse=True)
+            self.holders = {r: RowBlock(r) for r in sizes}
+            self.computations = {r: self._compile(t, f"{name}_{r}", {"n": r},
+                                                  self.holders[r]) for r in sizes}
+        elif stage.kind == "edge":
+            slot = program.slot
+            self.computations = {None: self._compile(
+                t, name, {"n": slot.num_nodes, "e": slot.num_edges}, slot)}
+            at_src = all(a.at == "src" for a in stage.aggregates) and stage.aggregates
+            self.pieces = program.grid.row_order() if at_src else program.grid.pieces
+        else:
+            self.computations = {None: self._compile(t, name, {}, None)}
+
+    # ---- building ---------------------------------------------------------------------
+    def _compile(self, transformer, name, rows, holder):
+        plan, stage = self.program.plan, self.stage
+        mapping, params = {}, []
+        for k, a in enumerate(stage.inputs):
+            space = plan.space[a]
+            shape = (rows[space],) + a.shape[1:] if space in ROWS else a.shape
+            p = Placeholder(shape, a.dtype, name=f"in{k}", sparse=a.is_sparse)
+            mapping[a] = p
+            params.append(p)
+        members = set(stage.ops) | set(stage.views)
+        with built_for(None):
+            for op in plan.ops:
+                if op in members:
+                    mapping[op] = clone(op, [mapping.get(a, a) for a in op.args],
+                                        plan, rows, holder)
+        comp = transformer.computation_class(transformer, [mapping[o] for o in stage.outputs],
+                                             params, name=name)
+        comp.transient = comp.stage = True
+        transformer.computations.append(comp)
+        comp.transform()
+        return comp
+
+    # ---- running ----------------------------------------------------------------------
+    def run(self, values, step, reader):
+        program, stage = self.program, self.stage
+        host = program.host
+        plan = program.plan
+        for o in stage.outputs:
+            space = plan.space[o]
+            if isinstance(o, Aggregate):
+                fill = {"sum": 0, "max": -np.inf, "min": np.inf}[o.reduce]
+                host[o] = np.full(o.shape, fill, o.dtype)
+            elif o in plan.partial:
+                fill = -np.inf if isinstance(o, Max) else np.inf if isinstance(o, Min) else 0
+                host[o] = np.full(o.shape, fill, o.dtype)
+            elif space in ROWS and stage.kind in ("vertex", "edge"):
+                host[o] = np.empty(o.shape, o.dtype)
+        if stage.kind == "vertex":
+            items = self.blocks
+        elif stage.kind == "edge":
+            items = self.pieces
+        else:
+            items = [None]
+        pending = reader.submit(self.feeds, items[0], values)
+        for k, item in enumerate(items):
+            waited = time.perf_counter()
+            feeds, seconds = pending.result()
+            program.timing["waited"] += time.perf_counter() - waited
+            program.timing["prefetch"] += seconds
+            if k + 1 < len(items):
+                pending = reader.submit(self.feeds, items[k + 1], values)
+            comp = self.show(item)
+            program.transformer.make_resident(comp)
+            outs = comp.executor(*feeds, step)
+            program.moved["from"] += sum(o.nbytes for o in outs)
+            self.store(item, outs)
+        for o in stage.outputs:
+            if isinstance(o, Aggregate) and o.reduce in ("max", "min"):
+                host[o][np.isinf(host[o])] = 0       # no edge anywhere: 0
+
+    def show(self, item):
+        if self.stage.kind == "vertex":
+            start, stop = item
+            self.holders[stop - start].show(start, stop)
+            return self.computations[stop - start]
+        if self.stage.kind == "edge":
+            self.program.slot.show(item)
+        return self.computations[None]
+
+    def feeds(self, item, values):
+        """The inputs of one block or piece (run on the reader thread)."""
+        started = time.perf_counter()
+        program, plan = self.program, self.program.plan
+        slot = program.slot
+        out = []
+        for a in self.stage.inputs:
+            whole = program.value(a, values)
+            space = plan.space[a]
+            if space is None:
+                part = whole
+            elif self.stage.kind == "vertex":
+                part = read_rows(whole, *item)
+                if isinstance(whole, np.memmap) and program.transformer.check_finite and \
+                        a.dtype.kind == "f" and not np.isfinite(part).all():
+                    raise ValueError(f"parameter {a.name!r} contains NaN or Inf values in "
+                                     f"rows {item[0]} to {item[1]}")
+            elif a.is_sparse:
+                part = padded_sparse(whole, item.rows, slot.num_nodes)
+            else:
+                ids = item.rows if space == "n" else item.eids
+                rows = slot.num_nodes if space == "n" else slot.num_edges
+                # Padding rows hold ones: the padding edges that read them compute finite
+                # values (no 0 / 0) that no real row reads.
+                part = np.ones((rows,) + a.shape[1:], a.dtype)
+                np.take(whole, ids, axis=0, out=part[:ids.shape[0]])
+            if space is not None:
+                program.moved["to"] += part.data.nbytes if hasattr(part, "indptr") else \
+                    part.nbytes
+            out.append(part)
+        return out, time.perf_counter() - started
+
+    def store(self, item, outs):
+        program, plan, host = self.program, self.program.plan, self.program.host
+        for o, val in zip(self.stage.outputs, outs):
+            space = plan.space[o]
+            if isinstance(o, Aggregate):
+                combine_aggregate(host[o], o, item, val)
+            elif o in plan.partial:
+                if isinstance(o, Max):
+                    np.maximum(host[o], val, out=host[o])
+                elif isinstance(o, Min):
+                    np.minimum(host[o], val, out=host[o])
+                else:
+                    host[o] += val
+            elif space in ROWS and self.stage.kind == "vertex":
+                host[o][item[0]:item[1]] = val
+            elif space == "e" and self.stage.kind == "edge":
+                host[o][item.eids] = val[:item.num_edges]
+            else:
+                host[o] = val
+
+
+def combine_aggregate(acc, op, piece, partial):
+    """Folds a piece's partial aggregation into the whole one (rows are unique within a
+    piece, so fancy-index updates are exact)."""
+    if op.at == "dst":
+        rows, part = piece.rows[:piece.num_dst], partial[:piece.num_dst]
+        ends = piece.dst
+    else:
+        rows, part = piece.rows, partial[:piece.rows.shape[0]]
+        ends = piece.src
+    if op.reduce == "sum":
+        acc[rows] += part
+        return
+    active = np.bincount(ends, minlength=rows.shape[0])[:rows.shape[0]] > 0
+    rows, part = rows[active], part[active]
+    pick = np.maximum if op.reduce == "max" else np.minimum
+    acc[rows] = pick(acc[rows], part)
+
+
+def padded_sparse(matrix, rows, num_rows):
+    import scipy.sparse
+    picked = matrix[rows]
+    pad = scipy.sparse.csr_matrix((num_rows - rows.shape[0], matrix.shape[1]),
+                                  dtype=matrix.dtype)
+    return scipy.sparse.vstack([picked, pad], format="csr")
+
+
+def clone(op, args, plan, rows, holder):
+    """`op` on the stage's block-sized arguments: attributes that name a row count (shapes,
+    slice keys) take the block's, a graph op runs over the stage's ChunkSlot and a dropout
+    keys its rows by the ids the holder shows."""
+    space = plan.space[op]
+    if space == "bcast":
+        space = "n" if op.shape[0] == plan.graph.num_nodes else "e"
+    new_rows = rows.get(space) if space in ROWS else None
+    if isinstance(op, SparseDropout):
+        return SparseDropout(args[0], op.rate, seed=op.seed, name=op.name,
+                             rows=(holder, "global_node_ids"))
+    values = {}
+    for attr in op.attributes:
+        value = getattr(op, attr.field)
+        if attr.field == "graph":
+            value = holder
+        elif attr.field == "rows" and space in ROWS:
+            value = (holder, "global_node_ids" if space == "n" else "global_edge_ids")
+        elif new_rows is not None and attr.batching == "shape":
+            value = (new_rows,) + tuple(value[1:])
+        elif new_rows is not None and attr.batching == "index":
+            value = (slice(0, new_rows, 1),) + tuple(value[1:])
+        values[attr.keyword] = value
+    return type(op)(*args, **values, name=op.name)
