@@ -38,8 +38,9 @@ class Exchange:
     """Rank `part.rank` of a partition over communicator `comm`.
 
     `mirrors_from[q]` / `masters_to[q]`: local rows exchanged with rank q (see LocalPart).
-    `restricted(key, active)` narrows a reduction to the mirrors with `active` rows
-    (vertices with local edges at the aggregating end); both sides learn it once."""
+    `restricted(key, active)` narrows a reduction, or run backwards a broadcast, to the
+    mirrors with `active` rows (vertices with local edges at one end); both sides learn it
+    once."""
 
     TAG = 7011
 
