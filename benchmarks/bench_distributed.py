@@ -8,7 +8,11 @@ Every configuration runs in its own `mpiexec -n K` (pip's mpich) on an R-MAT gra
 (average degree 10, 64 features, 8 classes; GCN and GraphSAGE hidden 16, GAT 4 heads of 4,
 dropout on, Adam). An epoch is one training step plus one evaluation pass, as `ngnn
 train` reports it; the table gives the median over the timed epochs of the slowest rank,
-the communication seconds of the slowest rank, and the bytes all ranks sent per epoch.
+in wall-clock time and in CPU time (what the rank computed, whatever else ran on the
+machine), the communication seconds of the slowest rank, and the bytes all ranks sent per
+epoch. The row "2 x 1 process" runs two single processes at once: how much two processes
+slow each other down on this machine at that moment (shared cores, one memory bus), the
+floor under any 2-rank figure.
 """
 import argparse
 import json
@@ -38,13 +42,15 @@ def model_for(name, data):
 
 
 def epochs_timed(trainer, epochs):
-    times = []
-    for _ in range(epochs + 1):             # the first epoch compiles
-        start = time.perf_counter()
+    """(wall seconds, CPU seconds) of each epoch after the first (which compiles)."""
+    times, cpu = [], []
+    for _ in range(epochs + 1):
+        start, start_cpu = time.perf_counter(), time.process_time()
         trainer.step()
         trainer.epoch_metrics()
         times.append(time.perf_counter() - start)
-    return times[1:]
+        cpu.append(time.process_time() - start_cpu)
+    return times[1:], cpu[1:]
 
 
 def worker(args):
@@ -55,8 +61,9 @@ def worker(args):
     model, optimizer = model_for(args.model, data)
     if args.policy == "single":
         trainer = Trainer(model, data, optimizer, seed=0)
-        times = epochs_timed(trainer, args.epochs)
-        print(json.dumps({"epoch": float(np.median(times))}), flush=True)
+        times, cpu = epochs_timed(trainer, args.epochs)
+        print(json.dumps({"epoch": float(np.median(times)), "cpu": float(np.median(cpu))}),
+              flush=True)
         return
     comm = dist.world()
     start = time.perf_counter()
@@ -67,13 +74,15 @@ def worker(args):
     trainer.step()
     trainer.epoch_metrics()
     before = trainer.communication()
-    times = epochs_timed(trainer, args.epochs - 1)
+    times, cpu = epochs_timed(trainer, args.epochs - 1)
     after = trainer.communication()
-    slowest = comm.allreduce(float(np.median(times)), op=__import__("mpi4py").MPI.MAX)
-    epochs = len(times)
+    from mpi4py import MPI
+    slowest = comm.allreduce(float(np.median(times)), op=MPI.MAX)
+    busiest = comm.allreduce(float(np.median(cpu)), op=MPI.MAX)
+    epochs = len(times) + 1           # communication counts every epoch run since `before`
     if comm.Get_rank() == 0:
         print(json.dumps({
-            "epoch": slowest, "partition": partition_seconds,
+            "epoch": slowest, "cpu": busiest, "partition": partition_seconds,
             "replication": parts.replication_factor,
             "sync_bytes": (after[0]["sync"] - before[0]["sync"]) / epochs,
             "allreduce_bytes": (after[0]["allreduce"] - before[0]["allreduce"]) / epochs,
@@ -125,15 +134,22 @@ def mpiexec():
     return shutil.which("mpiexec")
 
 
-def run(ranks, model, policy, args):
+def run(ranks, model, policy, args, copies=1):
+    """The worker's report; with `copies`, that many single processes at once (the
+    slowest one's report)."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
                "--policy", policy, "--nodes", str(args.nodes), "--epochs", str(args.epochs)]
     if policy != "single":
         command = [mpiexec(), "-n", str(ranks)] + command
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    running = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for _ in range(copies)]
+    reports = []
+    for process in running:
+        out, err = process.communicate(timeout=3600)
+        if process.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{err[-3000:]}")
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return max(reports, key=lambda r: r["epoch"])
 
 
 def main():
@@ -151,12 +167,17 @@ def main():
         return worker(args)
     print(f"R-MAT {args.nodes} vertices, average degree {DEGREE}, {FEATURES} features, "
           f"{os.cpu_count()} cores; median of {args.epochs} epochs (step + evaluation)")
-    print(f"{'model':6} {'run':16} {'epoch ms':>9} {'vs 1 rank':>9} {'repl.':>6} "
-          f"{'sync MB':>8} {'sync ms':>8} {'allred. KB':>10} {'allred. ms':>10} "
-          f"{'part. s':>7}")
+    print(f"{'model':6} {'run':16} {'epoch ms':>9} {'vs 1 rank':>9} {'cpu ms':>7} "
+          f"{'vs 1 rank':>9} {'repl.':>6} {'sync MB':>8} {'sync ms':>8} {'allred. KB':>10} "
+          f"{'allred. ms':>10} {'part. s':>7}")
     for model in args.models.split(","):
-        single = run(1, model, "single", args)["epoch"]
-        print(f"{model:6} {'1 process numpy':16} {1000 * single:9.1f}")
+        single = run(1, model, "single", args)
+        print(f"{model:6} {'1 process numpy':16} {1000 * single['epoch']:9.1f} {'':9} "
+              f"{1000 * single['cpu']:7.1f}")
+        both = run(1, model, "single", args, copies=2)
+        print(f"{model:6} {'2 x 1 process':16} {1000 * both['epoch']:9.1f} "
+              f"{both['epoch'] / single['epoch']:9.2f} {1000 * both['cpu']:7.1f} "
+              f"{both['cpu'] / single['cpu']:9.2f}", flush=True)
         pyg = pyg_epoch(model, args.nodes, args.epochs)
         if pyg is not None:
             print(f"{model:6} {'PyG, 1 process':16} {1000 * pyg:9.1f}")
@@ -164,10 +185,12 @@ def main():
             one = None
             for ranks in (int(k) for k in args.ranks.split(",")):
                 r = run(ranks, model, policy, args)
-                one = r["epoch"] if ranks == 1 else one
-                ratio = f"{r['epoch'] / one:9.2f}" if one else f"{'':9}"
+                one = r if ranks == 1 else one
+                ratios = [f"{r[k] / one[k]:9.2f}" if one else f"{'':9}"
+                          for k in ("epoch", "cpu")]
                 print(f"{model:6} {f'{policy}, {ranks} rank' + 's' * (ranks > 1):16} "
-                      f"{1000 * r['epoch']:9.1f} {ratio} {r['replication']:6.3f} "
+                      f"{1000 * r['epoch']:9.1f} {ratios[0]} {1000 * r['cpu']:7.1f} "
+                      f"{ratios[1]} {r['replication']:6.3f} "
                       f"{r['sync_bytes'] / 1e6:8.2f} {1000 * r['sync_seconds']:8.1f} "
                       f"{r['allreduce_bytes'] / 1e3:10.1f} "
                       f"{1000 * r['allreduce_seconds']:10.1f} {r['partition']:7.2f}",

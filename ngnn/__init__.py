@@ -13,6 +13,6 @@ from .ops import (abs, aggregate, assign, cast, concat, cross_entropy, dot, drop
 from .autodiff import grad
 from .graph import Graph
 from .frontend import TracingError
-from .frontend import zoomIn, zoomOut
+from .frontend import saga, zoomIn, zoomOut
 
 __version__ = "0.1.0"

@@ -117,15 +117,19 @@ class Graph:
                              f"got {num_dst!r}")
         num_dst = int(num_dst)
         _check_range(dst, "dst", num_dst)
+        self._set_edges(src, dst, num_nodes, num_dst, _grouped(dst, num_nodes),
+                        _grouped(src, num_nodes))
 
+    def _set_edges(self, src, dst, num_nodes, num_dst, in_groups, out_groups):
+        """Stores checked edges with their in- and out-CSR groups (indptr, eids, counts)."""
         self.num_nodes = num_nodes
         self.num_dst = num_dst
         self.num_edges = int(src.shape[0])
         self.src = _readonly(src)
         self.dst = _readonly(dst)
 
-        in_indptr, in_eids, in_degrees = _grouped(dst, num_nodes)
-        out_indptr, out_eids, out_degrees = _grouped(src, num_nodes)
+        in_indptr, in_eids, in_degrees = in_groups
+        out_indptr, out_eids, out_degrees = out_groups
         self.in_indptr = _readonly(in_indptr)
         self.in_eids = _readonly(in_eids)
         self.in_src = _readonly(src[in_eids])
@@ -270,8 +274,46 @@ class Graph:
         other edges kept in order, then loop ``v -> v`` appended for every vertex in order
         (GCN's and GAT's A + I)."""
         keep = self.src != self.dst
-        return Graph.from_edges(self.src[keep], self.dst[keep],
-                                num_nodes=self.num_nodes).add_self_loops()
+        loops = np.arange(self.num_dst, dtype=np.int64)
+        # Built at once, not as a graph without loops plus loops: no third graph's worth of
+        # index arrays at the peak.
+        return Graph(np.concatenate([self.src[keep], loops]),
+                     np.concatenate([self.dst[keep], loops]), self.num_nodes, self.num_dst)
+
+    def reorder(self, policy, num_parts=8):
+        """``(g2, order)``: the same graph with its vertices renumbered by a locality-aware
+        ``policy``, "degree", "rcm" or "metis" (``ngnn.vertex_order``; ``num_parts`` is
+        METIS's part count). g2's vertex ``k`` is this graph's vertex ``order[k]``, so node
+        features become ``x[order]``; edge ``i`` of g2 is edge ``i`` here, so edge features
+        stay as they are. See ``permute``."""
+        from ngnn.vertex_order import vertex_order
+        self._check_renumberable("reorder")
+        order = vertex_order(self, policy, num_parts)
+        return self.permute(order), order
+
+    def permute(self, order):
+        """The graph with vertex ``k`` being this graph's vertex ``order[k]`` (``order`` a
+        permutation of ``range(num_nodes)``) and the same edges in the same order: edge ``i``
+        goes ``rank[src[i]] -> rank[dst[i]]`` with ``rank = vertex_order.inverse(order)``.
+        Node features of the new graph are ``x[order]``; a result ``y2`` computed on it is
+        ``y2[rank]`` in this graph's numbering. The CSR groups are moved, not re-sorted:
+        vertex k's group is vertex order[k]'s, in the same (edge id) order."""
+        from ngnn.vertex_order import check_permutation, inverse
+        self._check_renumberable("permute")
+        order = check_permutation(order, self.num_nodes)
+        rank = inverse(order)
+        graph = Graph.__new__(Graph)
+        graph._set_edges(rank[self.src], rank[self.dst], self.num_nodes, self.num_nodes,
+                         _moved_groups(self.in_indptr, self.in_eids, order),
+                         _moved_groups(self.out_indptr, self.out_eids, order))
+        return graph
+
+    def _check_renumberable(self, what):
+        if self.varies or self.is_block or self.global_rows("n") is not None:
+            raise ValueError(
+                f"{what}: {self!r} is a {type(self).__name__} (a block, a slot or a "
+                "partition's local graph), whose vertex numbering carries meaning; renumber "
+                "the whole graph before sampling or partitioning it")
 
     def vertex_degrees(self, which):
         """The degrees vertex-centric code sees as ``v.indegree`` (which="in") or
@@ -320,6 +362,18 @@ class Graph:
     def __repr__(self):
         block = f", num_dst={self.num_dst}" if self.is_block else ""
         return f"Graph(num_nodes={self.num_nodes}{block}, num_edges={self.num_edges})"
+
+
+def _moved_groups(indptr, eids, order):
+    """CSR groups (indptr, eids, counts) with group ``k`` being group ``order[k]`` of the
+    given ones: one vectorized gather of every edge id, no sort."""
+    counts = np.diff(indptr)[order]
+    new_indptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_indptr[1:])
+    # Position p of the new eids reads old position p + (old start - new start) of its group.
+    positions = np.repeat(indptr[:-1][order] - new_indptr[:-1], counts)
+    positions += np.arange(positions.shape[0], dtype=np.int64)
+    return new_indptr, eids[positions], counts
 
 
 def _freeze(matrix):

@@ -174,12 +174,15 @@ def test_communication_ops_over_ranks(ranks, backend):
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_ranks_train_what_one_process_trains(ranks):
     """Every model, every policy, dropout on: the trained weights, the loss and the
-    accuracies equal the single-process run (weights within 1e-5 of each array's largest
-    magnitude; Adam's moments, squares of gradients near 0 among them, within 1e-4)."""
+    accuracies equal the single-process run. Weights within 1e-5 of each array's largest
+    magnitude (Adam's moments, squares of gradients near 0 among them, within 1e-4). One
+    rank does one process's arithmetic: bit for bit, but for GAT, whose backward pass
+    adds two attention gradients in another order around its communication ops."""
     report = driver(ranks, "equal", "gcn,sage,gat,gin", ",".join(POLICIES), "3")
     assert len(report) == 16
     for key, result in report.items():
-        assert result["weights"] < 1e-5, key
+        bound = (1e-7 if key.startswith("gat") else 0.0) if ranks == 1 else 1e-5
+        assert result["weights"] <= bound, key
         assert result["state"] < 1e-4, key
         assert result["loss"] < 1e-5, key
         assert result["accuracy"] == 0, key
@@ -187,24 +190,27 @@ def test_ranks_train_what_one_process_trains(ranks):
 
 def test_bytes_per_epoch_follow_from_mirrors_and_weights():
     """GCN (hidden 8, 4 classes, both layers transform first) on a 4-way cvc partition of
-    R-MAT: per epoch, each of the 2 aggregations syncs in the training step and in the
-    evaluation pass (mirror reduction of the mirrors with local in-edges R, broadcast to
-    all mirrors M), and both adjoint syncs send every mirror each way; each rank
-    all-reduces the 172 parameters once (docs/distributed.md)."""
+    R-MAT: each layer's gather reads a broadcast to the mirrors that are sources of local
+    edges (S), its aggregation is a reduction from the mirrors that are destinations of
+    local edges (R); the training step runs both and their adjoints, the evaluation pass
+    both; each rank all-reduces the 172 parameters once (docs/distributed.md)."""
     report = driver(4, "bytes")
     data = datasets.synthetic("rmat", 2000, 8, 16, 4, seed=2)
     g = data.graph
     parts = dist.partition(g, 4, "cvc")
-    mirrors = sum(len(parts.mirrors(p)) for p in range(4))
-    received = 0          # mirrors that are destinations of a local edge other than a loop
+    sources = received = 0        # self loops (GCN's) live with their masters
     for p in range(4):
         eids = parts.edges(p)
-        dst = g.dst[eids][g.src[eids] != g.dst[eids]]
+        src, dst = g.src[eids], g.dst[eids]
+        src, dst = src[src != dst], dst[src != dst]
+        sources += len(np.unique(src[parts.owner[src] != p]))
         received += len(np.unique(dst[parts.owner[dst] != p]))
     widths = 8 + 4
     assert report["params"] == 16 * 8 + 8 + 8 * 4 + 4
-    assert report["sync"] == 4 * widths * (2 * (received + mirrors) + 2 * mirrors)
+    assert report["sync"] == 4 * widths * 3 * (sources + received)
     assert report["allreduce"] == 4 * 4 * report["params"]
+    # Under cvc a mirror is a source or a destination of local edges, never both.
+    assert sources + received == sum(len(parts.mirrors(p)) for p in range(4))
 
 
 def test_failing_rank_stops_every_rank_with_its_message():

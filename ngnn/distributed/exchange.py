@@ -1,8 +1,8 @@
 """The MPI side of the communication ops: one `Exchange` per rank, built from its LocalPart.
 
 Mirror reduction: each rank sends the rows of its mirrors to their masters' ranks, which
-combine them in rank order (so every run adds in the same order); mirror rows of the
-result are 0. Broadcast: each master's row goes to the ranks that mirror it. All-reduce:
+combine them in rank order (so every run adds in the same order) into a row per master.
+Broadcast: each master's row goes to the ranks that mirror it. All-reduce:
 MPI's sum. Messages are nonblocking point-to-point pairs posted all at once, so no rank
 waits on another's progress, and waiting sleeps between polls rather than spinning. The exchange counts the bytes it sends and the seconds it
 spends, by kind: "sync" (mirrors and masters) and "allreduce" (weight gradients).
@@ -38,8 +38,9 @@ class Exchange:
     """Rank `part.rank` of a partition over communicator `comm`.
 
     `mirrors_from[q]` / `masters_to[q]`: local rows exchanged with rank q (see LocalPart).
-    `restricted(key, active)` narrows a reduction to the mirrors with `active` rows
-    (vertices with local edges at the aggregating end); both sides learn it once."""
+    `restricted(key, active)` narrows a reduction, or run backwards a broadcast, to the
+    mirrors with `active` rows (vertices with local edges at one end); both sides learn it
+    once."""
 
     TAG = 7011
 
@@ -110,27 +111,32 @@ class Exchange:
         return self._restricted[key]
 
     def reduce(self, x, reduce, out, plan=None, kind="sync"):
-        """Mirror-to-master reduction of x into out (see MirrorReduce). `plan` is
-        `restricted(...)`'s pair, default every mirror."""
+        """Mirror-to-master reduction of x (a row per local vertex) into out (a row per
+        master; see MirrorReduce). `plan` is `restricted(...)`'s pair, default every
+        mirror."""
         sends, receives = plan or (self.mirrors_from, self.masters_to)
-        width = x.shape[1:]
         got = self._swap({q: x[rows] for q, rows in sends.items()},
-                         {q: len(rows) for q, rows in receives.items()}, x.dtype, width, kind)
-        np.copyto(out, x)
+                         {q: len(rows) for q, rows in receives.items()}, x.dtype,
+                         x.shape[1:], kind)
+        np.copyto(out, x[:self.num_masters])
         combine = {"sum": np.add, "max": np.maximum, "min": np.minimum}[reduce]
         for q in sorted(got):
             rows = receives[q]
             out[rows] = combine(out[rows], got[q])
-        out[self.num_masters:] = 0
         return out
 
-    def broadcast(self, x, out, kind="sync"):
-        """Master-to-mirror broadcast of x into out (see MasterBroadcast)."""
-        got = self._swap({q: x[rows] for q, rows in self.masters_to.items()},
-                         {q: len(rows) for q, rows in self.mirrors_from.items()},
-                         x.dtype, x.shape[1:], kind)
-        np.copyto(out, x)
-        for q, rows in self.mirrors_from.items():
+    def broadcast(self, x, out, plan=None, kind="sync"):
+        """Master-to-mirror broadcast of x (a row per master) into out (a row per local
+        vertex; see MasterBroadcast). `plan`: (master rows to send, mirror rows
+        receiving) per peer, default every mirror; mirrors left out get 0."""
+        sends, receives = plan or (self.masters_to, self.mirrors_from)
+        got = self._swap({q: x[rows] for q, rows in sends.items()},
+                         {q: len(rows) for q, rows in receives.items()}, x.dtype,
+                         x.shape[1:], kind)
+        out[:self.num_masters] = x
+        if plan is not None:
+            out[self.num_masters:] = 0
+        for q, rows in receives.items():
             out[rows] = got[q]
         return out
 

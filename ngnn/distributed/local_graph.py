@@ -1,11 +1,17 @@
-"""A rank's local graph: its part's vertices and edges in local ids, plus what relates them
-to the whole graph (global ids, the whole graph's degrees) and the Exchange that talks to
-the other ranks.
+"""A rank's graphs: the local graph its kernels run over, and the view its model is built
+over.
 
-Graph ops over it compute on local edges only; `ngnn.distributed.lowering` adds the
-communication that makes their results those of the whole graph. Vertex-centric code sees
-the whole graph's degrees (`vertex_degrees`), and dropout masks are keyed by global ids
-(`global_rows`).
+`LocalGraph`: the part's vertices (masters first, then mirrors) and edges in local ids,
+plus what relates them to the whole graph (global ids, the whole graph's degrees) and the
+Exchange that talks to the other ranks. Graph ops over it compute on local edges only.
+
+`MasterView`: the same edges seen from the masters. Its num_nodes is the number of
+masters, so every node tensor a model builds over it has a row per master and no row per
+mirror: dense node-wise work (transforms, activations, dropout) is done once per vertex,
+by its master. `ngnn.distributed.lowering` rewrites its graph ops onto the LocalGraph: a
+gather reads a node tensor broadcast to the mirrors first, an aggregation's partial result
+is reduced onto the masters. Vertex-centric code over the view sees the whole graph's
+degrees (`vertex_degrees`), and dropout masks are keyed by global ids (`global_rows`).
 """
 import functools
 
@@ -31,7 +37,12 @@ class LocalGraph(Graph):
         return cls(part.src, part.dst, part.nodes.shape[0], part.nodes, part.edges,
                    part.num_masters, m["num_nodes"], m["num_edges"], exchange)
 
-    # ---- what vertex-centric code and dropout see ----------------------------------------
+    @functools.cached_property
+    def masters(self):
+        """The MasterView a model is built over."""
+        return MasterView(self)
+
+    # ---- what dropout and vertex-centric code see ----------------------------------------
     def global_rows(self, rows):
         return self, "global_node_ids" if rows == "n" else "global_edge_ids"
 
@@ -49,7 +60,8 @@ class LocalGraph(Graph):
     def _whole(self, local_counts):
         """Sum over ranks of a per-vertex count, on every copy of the vertex."""
         counts = local_counts.astype(np.int64)
-        reduced = self.exchange.reduce(counts, "sum", np.empty_like(counts), kind=None)
+        reduced = self.exchange.reduce(counts, "sum", np.empty(self.num_masters, np.int64),
+                                       kind=None)
         return self.exchange.broadcast(reduced, np.empty_like(counts), kind=None)
 
     def with_self_loops(self):
@@ -76,11 +88,17 @@ class LocalGraph(Graph):
         return self._looped
 
     # ---- the communication ops' kernels --------------------------------------------------
+    def active(self, at):
+        """Which local vertices have local edges at end `at` (all of them for None)."""
+        if at is None:
+            return np.ones(self.num_nodes, bool)
+        return (self.in_degrees if at == "dst" else self.out_degrees) > 0
+
     def reduce_to_masters(self, x, reduce, at, out):
-        """MirrorReduce (see there for `at`)."""
+        """MirrorReduce (see there for `at`): x has a row per local vertex, out per master."""
         if at is None:
             return self.exchange.reduce(x, reduce, out)
-        active = (self.in_degrees if at == "dst" else self.out_degrees) > 0
+        active = self.active(at)
         plan = self.exchange.restricted((id(self), at), active)
         if reduce != "sum":
             x = np.array(x)
@@ -88,12 +106,76 @@ class LocalGraph(Graph):
         self.exchange.reduce(x, reduce, out, plan)
         if reduce != "sum":
             whole = self.global_in_degrees if at == "dst" else self.global_out_degrees
-            out[whole == 0] = 0
+            out[whole[:self.num_masters] == 0] = 0
         return out
 
-    def broadcast_to_mirrors(self, x, out):
-        return self.exchange.broadcast(x, out)
+    def gathered_at(self, at):
+        """This graph as a broadcast before a gather by `at` sees it (see GatheredAt)."""
+        ends = self.__dict__.setdefault("_ends", {})
+        if at not in ends:
+            ends[at] = GatheredAt(self, at)
+        return ends[at]
+
+    def broadcast_to_mirrors(self, x, out, at=None):
+        """MasterBroadcast: x has a row per master, out per local vertex; with `at`, only
+        the mirrors with local edges at that end receive theirs (the others get 0)."""
+        plan = None
+        if at is not None:
+            sends, receives = self.exchange.restricted((id(self), at), self.active(at))
+            plan = (receives, sends)        # a broadcast runs the reduction's plan backwards
+        return self.exchange.broadcast(x, out, plan)
 
     def __repr__(self):
         return (f"LocalGraph(rank={self.exchange.rank}, num_nodes={self.num_nodes} "
                 f"({self.num_masters} masters), num_edges={self.num_edges})")
+
+
+class GatheredAt:
+    """A LocalGraph whose broadcasts reach only the mirrors with local edges at end `at`,
+    the rows a gather by that end reads: what a MasterBroadcast before such a gather
+    calls. Everything else is the LocalGraph's."""
+
+    def __init__(self, local, at):
+        self.local, self.at = local, at
+
+    def broadcast_to_mirrors(self, x, out):
+        return self.local.broadcast_to_mirrors(x, out, self.at)
+
+    def __getattr__(self, name):
+        return getattr(self.local, name)
+
+    def __repr__(self):
+        return f"{self.local!r} gathered at {self.at}"
+
+
+class MasterView(Graph):
+    """A LocalGraph seen from its masters (see the module docstring). It holds no edges of
+    its own: graph ops over it exist only until insert_communication moves them onto
+    `local`."""
+
+    def __init__(self, local):       # no Graph.__init__: the view's edges reach mirrors
+        self.local = local
+        self.num_nodes = self.num_dst = local.num_masters
+        self.num_edges = local.num_edges
+        self.exchange = local.exchange
+        self.global_node_ids = local.global_node_ids[:local.num_masters]
+
+    def global_rows(self, rows):
+        return (self, "global_node_ids") if rows == "n" else (self.local, "global_edge_ids")
+
+    def vertex_degrees(self, which):
+        return self.local.vertex_degrees(which)[:self.num_nodes]
+
+    def with_self_loops(self):
+        return self.local.with_self_loops().masters
+
+    def __getattr__(self, name):
+        # Everything that needs the edges (CSR, incidence, degrees) belongs to the
+        # LocalGraph; reaching for it here means a graph op escaped the rewrite.
+        raise AttributeError(f"MasterView has no {name!r}: graph ops over a rank's masters "
+                             "run after ngnn.distributed.insert_communication, over its "
+                             "LocalGraph")
+
+    def __repr__(self):
+        return (f"MasterView(rank={self.exchange.rank}, {self.num_nodes} masters, "
+                f"num_edges={self.num_edges})")

@@ -1,15 +1,19 @@
-"""Distributed lowering: a computation over a rank's LocalGraph becomes that rank's share of
-the whole-graph computation, with its communication as ops of the op-graph.
+"""Distributed lowering: a computation a model built over a rank's MasterView becomes that
+rank's share of the whole-graph computation, with its communication as ops of the
+op-graph.
 
-Every rank computes every node tensor on all its local vertices, masters and mirrors
-alike (a mirror's row equals its master's), and every edge tensor on its local edges. So:
+Node tensors have a row per master, so dense node-wise work is done once per vertex.
+Graph ops move onto the LocalGraph, where edges reach mirrors:
 
-* an aggregation onto vertices sums (or maxes) over local edges only, a partial result:
-  it becomes `MasterBroadcast(MirrorReduce(partial))`, the whole result on every copy;
-  a mean divides that sum by the whole graph's degree;
+* a gather reads `MasterBroadcast(x)`: the masters' rows, and on the mirrors the rows
+  their masters hold on other ranks (only the mirrors with local edges at the gathered
+  end receive);
+* an aggregation over local edges gives a partial result on every local vertex; it
+  becomes `MirrorReduce(partial)`, the whole result on each master; a mean divides that
+  sum by the whole graph's degree;
 * an edge softmax becomes its max, exp, sum and divide, with both aggregations synced;
-* a dropout of node rows is keyed by global vertex ids (dropouts made inside zoomIn
-  already are, through LocalGraph.global_rows).
+* a dropout of node rows is keyed by the masters' global ids (dropouts made inside zoomIn
+  already are, through MasterView.global_rows).
 
 Gradients then follow from the ops' adjoints: the adjoint of the broadcast is a mirror
 reduction and the other way round, while gathers and aggregations stay local. Run it on
@@ -22,51 +26,73 @@ from ngnn.op_graph import (Aggregate, Constant, Divide, Dropout, EdgeSoftmax, Ex
                            MasterBroadcast, MirrorReduce, SparseDropout, StopGradient, Subtract,
                            ordered_ops)
 
-from .local_graph import LocalGraph
+from .local_graph import MasterView
 
 
-def insert_communication(results, graph):
-    """Rewrites the ops `results` depend on (by forwarding) for rank-local execution over
-    `graph`, a LocalGraph."""
+def insert_communication(results, view):
+    """Rewrites the ops `results` depend on (by forwarding) for rank-local execution:
+    graph ops over MasterViews move onto their LocalGraphs, dropouts over `view`'s node
+    rows are keyed by global ids."""
     lower_zoom_outs(results)
     for op in ordered_ops(results):
-        if isinstance(op, (Aggregate, EdgeSoftmax)) and isinstance(op.graph, LocalGraph) \
-                and not getattr(op, "rank_local", False):
-            op.forward = synced_softmax(op) if isinstance(op, EdgeSoftmax) else synced(op)
+        graph = getattr(op, "graph", None)
+        if isinstance(graph, MasterView) and isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
+            op.forward = {Gather: gathered, Aggregate: synced,
+                          EdgeSoftmax: synced_softmax}[type(op)](op)
         elif isinstance(op, (Dropout, SparseDropout)) and op.rows is None:
-            op.forward = node_keyed(op, graph)
+            op.forward = node_keyed(op, view)
 
 
-def local_aggregate(x, graph, at, reduce):
-    op = Aggregate(x, graph, at=at, reduce=reduce)
-    op.rank_local = True          # a partial result on purpose: not to be synced again
-    return op
+def gather(x, local, by):
+    """x (a row per master) gathered onto local edges by their `by` ends."""
+    return Gather(MasterBroadcast(x, local, at=by), local, by=by)
+
+
+def reduced(e, local, at, reduce):
+    """The whole graph's aggregation of edge tensor e on each master."""
+    return MirrorReduce(Aggregate(e, local, at=at, reduce=reduce), local, reduce, at)
+
+
+def gathered(op):
+    return gather(op.args[0], op.graph.local, op.by)
 
 
 def synced(op):
-    x, g, at = op.args[0], op.graph, op.at
-    reduce = "sum" if op.reduce == "mean" else op.reduce
-    whole = MasterBroadcast(MirrorReduce(local_aggregate(x, g, at, reduce), g, reduce, at), g)
+    e, local, at = op.args[0], op.graph.local, op.at
+    whole = reduced(e, local, at, "sum" if op.reduce == "mean" else op.reduce)
     if op.reduce != "mean":
         return whole
-    degrees = g.global_in_degrees if at == "dst" else g.global_out_degrees
+    degrees = op.graph.vertex_degrees("in" if at == "dst" else "out")
     divisor = np.maximum(degrees, 1).astype(whole.dtype).reshape((-1,) + (1,) * (op.ndim - 1))
-    return Divide(whole, Constant(divisor))
+    return DegreeDivide(whole, Constant(divisor))
 
 
 def synced_softmax(op):
-    x, g, at = op.args[0], op.graph, op.at
-    peak = StopGradient(MasterBroadcast(MirrorReduce(local_aggregate(x, g, at, "max"), g,
-                                                     "max", at), g))
-    e = Exp(Subtract(x, Gather(peak, g, by=at)))
-    total = MasterBroadcast(MirrorReduce(local_aggregate(e, g, at, "sum"), g, "sum", at), g)
-    return Divide(e, Gather(total, g, by=at))
+    x, local, at = op.args[0], op.graph.local, op.at
+    peak = StopGradient(reduced(x, local, at, "max"))
+    e = Exp(Subtract(x, gather(peak, local, at)))
+    return Divide(e, gather(reduced(e, local, at, "sum"), local, at))
 
 
-def node_keyed(op, graph):
-    if op.shape[:1] != (graph.num_nodes,):
+class DegreeDivide(Divide):
+    """A synced sum over degrees: the mean. Its adjoint multiplies by the degrees'
+    reciprocals, as Aggregate(mean)'s adjoint does, so that a rank rounds the gradient as
+    one process does (delta / d and delta * (1 / d) can differ in the last bit, and Adam
+    turns that bit into a visible step where a gradient is nearly 0)."""
+
+    @property
+    def op_name(self):
+        return "divide"
+
+    def adjoints(self, delta):
+        divisor = self.args[1]
+        return [delta * Constant(1.0 / divisor.value, dtype=divisor.dtype), None]
+
+
+def node_keyed(op, view):
+    if op.shape[:1] != (view.num_nodes,):
         raise ValueError(f"distributed dropout: a tensor of shape {op.shape} is neither over "
-                         f"the {graph.num_nodes} local vertices nor made inside zoomIn, so "
-                         "its mask cannot be keyed by global ids")
+                         f"the {view.num_nodes} masters nor made inside zoomIn, so its mask "
+                         "cannot be keyed by global ids")
     return type(op)(op.args[0], op.rate, seed=op.seed, name=op.name,
-                    rows=graph.global_rows("n"))
+                    rows=view.global_rows("n"))

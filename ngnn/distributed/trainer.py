@@ -1,11 +1,11 @@
 """Full-graph training over MPI ranks, equal to one process (seed 004 with seed 001's
 explicit communication).
 
-Each rank builds the model over its LocalGraph, so node tensors have a row per local
-vertex (masters, then mirrors). The loss counts each training vertex once, at its master:
-sum of the masters' cross-entropies over the whole graph's count of training vertices,
-so the ranks' losses add up to one process's loss and their weight gradients, all-reduced
-in the op-graph, to its gradients. Dropout masks are keyed by global ids and seeded as one
+Each rank builds the model over the MasterView of its LocalGraph, so node tensors have a
+row per master: a vertex's features, logits and loss term live with its master alone. The
+loss is the sum of the masters' cross-entropies over the whole graph's count of training
+vertices, so the ranks' losses add up to one process's loss and their weight gradients,
+all-reduced in the op-graph, to its gradients. Dropout masks are keyed by global ids and seeded as one
 process seeds them, validation and test metrics are summed over ranks, so every rank
 follows the single-process run, epoch by epoch.
 """
@@ -36,27 +36,27 @@ class DistributedTrainer(Trainer):
         part.check_graph(data.graph)
         self.part = part
         self.exchange = Exchange(comm if comm is not None else world(), part)
-        self.graph = LocalGraph.from_part(part, self.exchange)
+        self.local_graph = LocalGraph.from_part(part, self.exchange)
+        self.graph = self.local_graph.masters          # what the model is built over
         self.model = model
         self.data = data
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
-        nodes = part.nodes
-        self.labels = np.asarray(data.labels)[nodes]
-        is_master = np.arange(nodes.shape[0]) < part.num_masters
-        self.masks = {s: np.asarray(getattr(data, s + "_mask"), bool)[nodes] & is_master
+        masters = part.nodes[:part.num_masters]
+        self.labels = np.asarray(data.labels)[masters]
+        self.masks = {s: np.asarray(getattr(data, s + "_mask"), bool)[masters]
                       for s in SPLITS}
         self.counts = {s: int(np.asarray(getattr(data, s + "_mask"), bool).sum())
                        for s in SPLITS}
         self.transformer = transformer or ngt.make_transformer(backend)
         self.minibatches = None       # full-graph training only
 
-        n = nodes.shape[0]
+        n = masters.shape[0]
         self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
         self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
-        # The rows of this rank's vertices, fed sparse or dense as one process feeds them.
-        local = features[nodes]
+        # The rows of this rank's masters, fed sparse or dense as one process feeds them.
+        local = features[masters]
         logits = self._feed(local, use_sparse(features, sparse))
         if logits is None:
             if sparse:

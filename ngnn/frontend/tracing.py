@@ -177,13 +177,16 @@ class Vertex(_Proxy):
 # ---- the context -------------------------------------------------------------------------------
 
 class ZoomContext:
-    def __init__(self, graph, node_feat=(), edge_feat=()):
+    """`caller` names the front end in error messages (ng.zoomIn, or ng.saga built on it)."""
+
+    def __init__(self, graph, node_feat=(), edge_feat=(), caller="ng.zoomIn"):
         from ..graph import Graph
         if not isinstance(graph, Graph):
-            raise TypeError(f"ng.zoomIn: expected an ng.Graph, got {graph!r}")
+            raise TypeError(f"{caller}: expected an ng.Graph, got {graph!r}")
         self.graph = graph
-        self.node_features = _features(node_feat, "node_feat", graph.num_nodes, "nodes")
-        self.edge_features = _features(edge_feat, "edge_feat", graph.num_edges, "edges")
+        self.caller = caller
+        self.node_features = _features(node_feat, "node_feat", graph.num_nodes, "nodes", caller)
+        self.edge_features = _features(edge_feat, "edge_feat", graph.num_edges, "edges", caller)
         self.float_dtype = next((f.dtype for f in (*self.node_features.values(),
                                                    *self.edge_features.values())
                                  if f.dtype.kind == "f"), np.dtype(np.float32))
@@ -221,7 +224,7 @@ class ZoomContext:
         if name not in features:
             available = ", ".join(features) or "none"
             raise AttributeError(at_user_line(
-                f"{who}.{name}: there is no {kind} feature {name!r} in this ng.zoomIn; "
+                f"{who}.{name}: there is no {kind} feature {name!r} in this {self.caller}; "
                 f"available {kind} features: {available}"))
         key = (kind, name, scope)
         if key not in self.leaves:
@@ -248,28 +251,36 @@ def zoomIn(graph, node_feat=(), edge_feat=()):
     return ZoomContext(graph, node_feat, edge_feat)
 
 
-def _features(given, what, rows, unit):
+def _features(given, what, rows, unit, caller):
+    if given is None:
+        given = ()
     if isinstance(given, dict):
         items = list(given.items())
+    elif not isinstance(given, (list, tuple)):
+        raise TypeError(f"{caller}: {what} must be a {{name: tensor}} dict or a list of named "
+                        f"tensors, one row per graph {unit[:-1]}; got {given!r}")
     else:
         items = []
         for tensor in given:
             if not isinstance(tensor, Op) or not tensor.name:
-                raise ValueError(f"ng.zoomIn: every {what} list entry needs a name (give "
+                raise ValueError(f"{caller}: every {what} list entry needs a name (give "
                                  f"ng.placeholder a name=, or pass a dict); got {tensor!r}")
             items.append((tensor.name, tensor))
     features = {}
     for name, tensor in items:
         if name in features:
-            raise ValueError(f"ng.zoomIn: two {what} entries are named {name!r}; pass a dict "
+            raise ValueError(f"{caller}: two {what} entries are named {name!r}; pass a dict "
                              "to choose distinct names")
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("_") or \
                 name in RESERVED:
-            raise ValueError(f"ng.zoomIn: {what} name {name!r} must be a Python identifier, "
+            raise ValueError(f"{caller}: {what} name {name!r} must be a Python identifier, "
                              f"not starting with '_' and none of {', '.join(RESERVED)}")
+        if not isinstance(tensor, Op) and np.asarray(tensor).dtype.kind not in "biuf":
+            raise TypeError(f"{caller}: {what} {name!r} must be a tensor (an ngnn op or a "
+                            f"numeric array), got {tensor!r}")
         (tensor,) = as_ops(tensor)
         if tensor.ndim == 0 or tensor.shape[0] != rows:
-            raise ShapeError(f"ng.zoomIn: {what} {name!r} has shape {tensor.shape}, but its "
+            raise ShapeError(f"{caller}: {what} {name!r} has shape {tensor.shape}, but its "
                              f"first axis must have one row per graph {unit[:-1]} ({rows} "
                              f"{unit})")
         features[name] = tensor

@@ -1,4 +1,5 @@
-"""Graph convolution layers, written per vertex with ng.zoomIn / ng.zoomOut.
+"""Graph convolution layers, written per vertex with ng.zoomIn / ng.zoomOut (or, for G-GCN,
+in SAGA-NN with ng.saga).
 
 Each layer holds its parameters as ng.variable ops (Glorot-uniform weights drawn from a
 NumPy Generator seeded by `seed`, zero biases) and is called as `layer(g, h, training)` on
@@ -148,3 +149,32 @@ class GINConv(Layer):
             total = (1.0 + self.eps) * v.h + sum(n.h for n in v.innbs)
             rst = ng.relu(total @ self.w1 + self.b1) @ self.w2 + self.b2
         return ng.zoomOut(rst)
+
+
+class GatedGCNConv(Layer):
+    """Gated GCN (G-GCN), NeuGraph's running example (seed 003), written in SAGA-NN:
+    for each edge u -> v a gate eta = sigmoid(h_v A + h_u B) (one value per input feature),
+    then h_v' = activation((sum over in-edges of eta * h_u) W). ApplyEdge computes the gated
+    message, Gather sums it, ApplyVertex applies W and the activation (ReLU, as in the seed;
+    activation=None leaves it out). h_u B and h_v A are computed once per vertex, not once
+    per edge: operation batching computes node values as node tensors and gathers them."""
+
+    def __init__(self, in_feats, out_feats, activation=ng.relu, seed=0, dtype=np.float32):
+        super().__init__(seed, dtype)
+        self.in_feats, self.out_feats = in_feats, out_feats
+        self.activation = activation
+        self.gate_dst = self.glorot("gate_dst", (in_feats, in_feats))     # A
+        self.gate_src = self.glorot("gate_src", (in_feats, in_feats))     # B
+        self.weight = self.glorot("weight", (in_feats, out_feats))       # W
+
+    def apply_edge(self, src, dst, edge):
+        gate = ng.sigmoid(dst.h @ self.gate_dst + src.h @ self.gate_src)
+        return gate * src.h
+
+    def apply_vertex(self, vertex, accum):
+        out = accum @ self.weight
+        return out if self.activation is None else self.activation(out)
+
+    def __call__(self, g, h, training=False):
+        return ng.saga(g, node_feat={"h": h}, apply_edge=self.apply_edge, accumulator="sum",
+                       apply_vertex=self.apply_vertex)

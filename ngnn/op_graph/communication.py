@@ -1,13 +1,15 @@
 """Communication ops (seed 001, DistIR): what ranks exchange is part of the op-graph.
 
 A partition's local graph (ngnn.distributed) holds, on each rank, the masters of some
-vertices and mirrors of the remote vertices its edges touch; a node tensor has one row per
-local vertex. Three ops move data between ranks, each with the rank it runs on and the
-peers it talks to printed in the IR:
+vertices and mirrors of the remote vertices its edges touch. A model's node tensors have a
+row per master; graph ops run over every local vertex. Three ops move data between ranks,
+each with the rank it runs on and the peers it talks to printed in the IR:
 
-* `MirrorReduce`: each master receives its mirrors' rows and combines them with its own
-  (sum, max or min); mirror rows become 0. A partial aggregation becomes the whole one.
-* `MasterBroadcast`: each mirror row becomes a copy of its master's row.
+* `MirrorReduce`: a tensor with a row per local vertex (a partial aggregation) becomes one
+  with a row per master: each master's row combined (sum, max or min) with its mirrors'
+  rows on the other ranks.
+* `MasterBroadcast`: a tensor with a row per master becomes one with a row per local
+  vertex: each mirror gets its master's row (what a gather reads).
 * `AllReduce`: every rank gets the sum over ranks (weight gradients).
 
 Summing over ranks, the adjoint of a mirror-to-master sum is the master-to-mirror
@@ -31,11 +33,11 @@ class Communication(Op):
 
 
 class MirrorReduce(Communication):
-    """out[master] = reduce(its row and its mirrors' rows on the other ranks), out[mirror]
-    = 0. With `at` ("dst" or "src"), x is a partial aggregation at that end: only copies
-    with local edges there take part (the others hold no contribution: they send nothing,
-    and for max and min their 0 is no candidate), and a vertex with no edges anywhere gets
-    0. With at=None every copy takes part."""
+    """out[master] = reduce(its row of x and its mirrors' rows on the other ranks); x has a
+    row per local vertex, out a row per master. With `at` ("dst" or "src"), x is a partial
+    aggregation at that end: only copies with local edges there take part (the others hold
+    no contribution: they send nothing, and for max and min their 0 is no candidate), and
+    a vertex with no edges anywhere gets 0. With at=None every copy takes part."""
 
     def __init__(self, x, graph, reduce="sum", at=None, name=None):
         if reduce != "sum" and at is None:
@@ -44,10 +46,11 @@ class MirrorReduce(Communication):
         if reduce not in ("sum", "max", "min"):
             raise ValueError(f"mirror_reduce: reduce must be sum, max or min, got {reduce!r}")
         self.graph, self.reduce, self.at = graph, reduce, at
-        super().__init__(x, name=name)
-        if self.shape[:1] != (graph.num_nodes,):
-            raise ValueError(f"mirror_reduce: expected a node tensor of {graph.num_nodes} "
-                             f"rows, got shape {self.shape}")
+        (x,) = as_ops(x)
+        if x.shape[:1] != (graph.num_nodes,):
+            raise ValueError(f"mirror_reduce: expected a tensor of {graph.num_nodes} rows "
+                             f"(one per local vertex), got shape {x.shape}")
+        super().__init__(x, shape=(graph.num_masters,) + x.shape[1:], name=name)
 
     def attrs(self):
         at = {} if self.at is None else {"at": self.at}
@@ -61,27 +64,38 @@ class MirrorReduce(Communication):
         if self.reduce != "sum":
             raise ValueError(f"mirror_reduce {self.reduce} has no gradient: use it under "
                              "ng.stop_gradient (as GAT's softmax shift is)")
-        return [MasterBroadcast(delta, self.graph)]
+        return [MasterBroadcast(delta, self.graph, self.at)]
 
 
 class MasterBroadcast(Communication):
-    """out[master] = x[master], out[mirror] = x[its master on the owning rank]."""
+    """out[master] = x[master], out[mirror] = x[its master] on the owning rank; x has a row
+    per master, out a row per local vertex. With `at` ("src" or "dst": a gather by that
+    end reads out), only the mirrors with local edges at that end receive; the other
+    mirror rows are 0."""
 
-    def __init__(self, x, graph, name=None):
-        self.graph = graph
-        super().__init__(x, name=name)
-        if self.shape[:1] != (graph.num_nodes,):
-            raise ValueError(f"master_broadcast: expected a node tensor of {graph.num_nodes} "
-                             f"rows, got shape {self.shape}")
+    def __init__(self, x, graph, at=None, name=None):
+        self.at = at
+        # The object the kernels call: with `at`, the graph as that end's gathers see it.
+        self.graph = graph if at is None else graph.gathered_at(at)
+        (x,) = as_ops(x)
+        if x.shape[:1] != (graph.num_masters,):
+            raise ValueError(f"master_broadcast: expected a tensor of {graph.num_masters} "
+                             f"rows (one per master), got shape {x.shape}")
+        super().__init__(x, shape=(graph.num_nodes,) + x.shape[1:], name=name)
+
+    @property
+    def local_graph(self):
+        return self.graph if self.at is None else self.graph.local
 
     def attrs(self):
-        return {"graph": self.graph, **self.graph.exchange.describe("broadcast")}
+        at = {} if self.at is None else {"at": self.at}
+        return {"graph": self.graph, **at, **self.graph.exchange.describe("broadcast")}
 
     def with_args(self, args, lead=0):
-        return MasterBroadcast(*args, self.graph, name=self.name)
+        return MasterBroadcast(*args, self.local_graph, self.at, name=self.name)
 
     def adjoints(self, delta):
-        return [MirrorReduce(delta, self.graph, "sum")]
+        return [MirrorReduce(delta, self.local_graph, "sum", self.at)]
 
 
 class AllReduce(Communication):

@@ -24,7 +24,7 @@ import numpy as np
 
 from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Concat, Constant,
                            Divide, Dot, EdgeSoftmax, ElementWise, Exp, Gather, GraphOp, Leaf,
-                           Mean, Multiply, OneHot, Placeholder, Reduction, Reshape, Slice,
+                           Mean, Multiply, OneHot, Reduction, Reshape, Slice,
                            Softmax, SparseDot, SparseDropout, SparseTransposedDot,
                            StopGradient, Subtract, Sum, Transpose, Unslice, Variable,
                            ordered_ops)
@@ -278,10 +278,6 @@ class Stage:
                 visit(a)
         order = {op: i for i, op in enumerate(self.plan.ops)}
         self.views.sort(key=order.get)
-
-    @property
-    def aggregates(self):
-        return [op for op in self.ops if isinstance(op, Aggregate)]
 
     def __repr__(self):
         return f"<Stage {self.kind}: {len(self.ops)} ops, {len(self.inputs)} inputs, " \

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ngnn.op_graph import (Aggregate, Assign, Dot, Max, Min, Placeholder, SparseDropout,
-                           SparseTransposedDot, Sum, ordered_ops)
+from ngnn.op_graph import (Aggregate, Constant, Max, Min, Placeholder, SparseDropout,
+                           ordered_ops)
 from ngnn.origin import built_for
 
 from .grid import ChunkGrid, ChunkSlot, RowBlock
@@ -64,6 +64,7 @@ class Sizes:
     def __init__(self, plan, budget, parts, variables):
         graph = plan.graph
         n, e = graph.num_nodes, graph.num_edges
+        self.room = None
         if budget is None:
             self.parts = min(parts, max(n, 1))
             self.vertex_rows, self.edge_capacity = max(-(-n // self.parts), 1), None
@@ -77,9 +78,9 @@ class Sizes:
                         for s in plan.stages if s.kind == kind], default=0)
 
         vertex_row = stage_row_bytes("vertex", "n")
-        node_row = stage_row_bytes("edge", "n") + INDEX_BYTES_PER_ROW
-        edge_row = stage_row_bytes("edge", "e") + INDEX_BYTES_PER_EDGE
-        room = budget - persistent - small
+        self.node_row = node_row = stage_row_bytes("edge", "n") + INDEX_BYTES_PER_ROW
+        self.edge_row = edge_row = stage_row_bytes("edge", "e") + INDEX_BYTES_PER_EDGE
+        self.room = room = budget - persistent - small
         if room <= 0:
             raise ChunkingError(f"memory_budget={budget} bytes leaves no room: the weights "
                                 f"and small values alone take {persistent + small} bytes")
@@ -96,6 +97,10 @@ class Sizes:
         raise ChunkingError(f"memory_budget={budget} bytes cannot hold the rows and edges of "
                             f"one piece of {'a' if parts is None else parts} x "
                             f"{'P' if parts is None else parts} chunking")
+
+    def fits(self, rows, edges):
+        """Whether a piece slot of `rows` rows and `edges` edges fits the budget."""
+        return self.room is None or rows * self.node_row + edges * self.edge_row <= self.room
 
 
 class ChunkedProgram:
@@ -115,9 +120,18 @@ class ChunkedProgram:
             if plan.kind[r] in ("leaf", "view"):
                 raise ChunkingError(f"memory_budget: the result {r} is not computed by the "
                                     "computation (a leaf or a view); return a computed value")
-        self.sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
-        self.grid = ChunkGrid(graph, self.sizes.parts, self.sizes.edge_capacity,
-                              transformer.selective_scheduling)
+        self.sizes = sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
+        capacity = sizes.edge_capacity
+        while True:
+            self.grid = ChunkGrid(graph, sizes.parts, capacity, transformer.selective_scheduling)
+            rows, edges = self.grid.capacities()
+            if sizes.fits(rows, edges):
+                break
+            # The pieces' used rows outgrew the two blocks the sizes assumed: smaller pieces.
+            capacity = edges * 2 // 3
+            if capacity < 1:
+                raise ChunkingError(f"memory_budget={budget} bytes cannot hold one piece of "
+                                    f"{sizes.parts} x {sizes.parts} chunking")
         self.slot = ChunkSlot(*self.grid.capacities())
         self.budget = budget
         self.parameters = {p: i for i, p in enumerate(computation.parameters)}
@@ -125,6 +139,11 @@ class ChunkedProgram:
         self.graphs = [self.slot] + [h for r in self.runners
                                      for h in getattr(r, "holders", {}).values()]
         transformer.drop_graphs(self.graphs)
+        # The host drops a value after the last stage that reads it.
+        last_read = {a: k for k, stage in enumerate(plan.stages) for a in stage.inputs}
+        self.dead_after = [[a for a, k in last_read.items() if k == index and
+                            a not in results and not isinstance(a, (Placeholder, Constant))]
+                           for index in range(len(plan.stages))]
         self.stats = {"chunks": self.grid.parts, "pieces": len(self.grid.pieces),
                       "stages": len(self.runners), "vertex_block_rows": self.sizes.vertex_rows}
 
@@ -144,8 +163,10 @@ class ChunkedProgram:
         t.device_peak = t.device_allocated
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as reader:
-            for runner in self.runners:
+            for runner, dead in zip(self.runners, self.dead_after):
                 runner.run(values, step, reader)
+                for op in dead:
+                    del self.host[op]
         t.evict()
         t.drop_graphs(self.graphs)
         prefetch, waited = self.timing["prefetch"], self.timing["waited"]
@@ -154,8 +175,7 @@ class ChunkedProgram:
             "bytes_to_device": self.moved["to"], "bytes_from_device": self.moved["from"],
             "seconds": time.perf_counter() - started, "transfer_seconds": prefetch,
             "hidden_transfer_share": max(0.0, prefetch - waited) / prefetch if prefetch else 1.0,
-            "loaded_rows": self.grid.loaded_rows[
-                "selective" if self.grid.selective else "whole"]})
+            "loaded_rows": self.grid.loaded_rows})
         outputs = [self.host[r] for r in self.results]
         self.host = None
         return outputs
@@ -190,8 +210,7 @@ class StageRunner:
             slot = program.slot
             self.computations = {None: self._compile(
                 t, name, {"n": slot.num_nodes, "e": slot.num_edges}, slot)}
-            at_src = all(a.at == "src" for a in stage.aggregates) and stage.aggregates
-            self.pieces = program.grid.row_order() if at_src else program.grid.pieces
+            self.pieces = program.grid.pieces
         else:
             self.computations = {None: self._compile(t, name, {}, None)}
 
@@ -298,7 +317,7 @@ class StageRunner:
         return out, time.perf_counter() - started
 
     def store(self, item, outs):
-        program, plan, host = self.program, self.program.plan, self.program.host
+        plan, host = self.program.plan, self.program.host
         for o, val in zip(self.stage.outputs, outs):
             space = plan.space[o]
             if isinstance(o, Aggregate):
