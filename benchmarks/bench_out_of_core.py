@@ -7,9 +7,10 @@
 steps: a GCN and a GAT training step (the paper's sizes: GCN 16 hidden, GAT 8 hidden x 8
   heads, dropout, Adam) on R-MAT (average degree 10, 64 features), in memory and under
   budgets of 1/2, 1/4 and 1/8 of the unchunked plan, on each backend: median seconds per
-  step over --repeat steps after a warm-up step, the ratio to in memory, chunks, the
-  device's peak allocated bytes against the budget, bytes to and from the device and the
-  share of the reader thread's transfer time hidden behind computation.
+  step over --repeat steps after a warm-up step (wall and CPU), the ratio to in memory,
+  chunks, the device's peak allocated bytes against the budget, the host memory a step
+  allocates at its peak (tracemalloc), bytes to and from the device and the share of the
+  reader thread's transfer time hidden behind computation.
 schedule: selective scheduling against whole-chunk streaming at P = --parts, in the
   R-MAT order and after Graph.reorder("degree"): rows the edge pieces load, bytes to the
   device, and whether the two give the same loss and weights; also the rows the seed's
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 
 import numpy as np
 
@@ -59,16 +61,21 @@ def training_step(model, data, transformer, features=None):
 
 
 def timed_steps(comp, values, repeat):
-    """Median wall and CPU (this process, all threads) seconds per step: on a machine
-    shared with other jobs the CPU time is the steadier figure."""
+    """Median wall and CPU (this process, all threads) seconds per step (on a machine
+    shared with other jobs the CPU time is the steadier figure), and the host memory a
+    step allocates at its peak (tracemalloc, which sees NumPy's buffers; an extra step)."""
     comp(*values)                       # compiles
+    tracemalloc.start()
+    comp(*values)
+    host_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     wall, cpu = [], []
     for _ in range(repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
         comp(*values)
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
-    return float(np.median(wall)), float(np.median(cpu))
+    return float(np.median(wall)), float(np.median(cpu)), host_peak
 
 
 def steps(args):
@@ -76,8 +83,9 @@ def steps(args):
     print(f"R-MAT {data.graph.num_nodes} nodes, {data.graph.num_edges} edges, "
           f"{args.features} features; median of {args.repeat} steps")
     print("| model | backend | budget | chunks | s/step | x in memory | CPU s/step | x in memory "
-          "| device peak MiB | budget MiB | to device MiB | from device MiB | hidden transfer |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| device peak MiB | budget MiB | host peak MiB | to device MiB | from device MiB | "
+          "hidden transfer |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     mib = 2 ** 20
     for name, make in models(args.features).items():
         if name not in args.models:
@@ -86,20 +94,20 @@ def steps(args):
             t = ngt.make_transformer(backend)
             comp, values = training_step(make(), data, t)
             need = plan_bytes(comp)
-            base, base_cpu = timed_steps(comp, values, args.repeat)
+            base, base_cpu, host = timed_steps(comp, values, args.repeat)
             t.close()
-            print(f"| {name} | {backend} | in memory ({need / mib:.0f} MiB plan) | 1 | "
-                  f"{base:.3f} | 1.00 | {base_cpu:.3f} | 1.00 | {need / mib:.1f} | | | | |",
-                  flush=True)
+            print(f"| {name} | {backend} | in memory | 1 | {base:.3f} | 1.00 | {base_cpu:.3f} | "
+                  f"1.00 | {need / mib:.1f} (plan) | | {host / mib:.0f} | | | |", flush=True)
             for fraction in args.fractions:
                 budget = int(need * fraction)
                 t = ngt.make_transformer(backend, memory_budget=budget)
                 comp, values = training_step(make(), data, t)
-                seconds, cpu = timed_steps(comp, values, args.repeat)
+                seconds, cpu, host = timed_steps(comp, values, args.repeat)
                 s = comp.stats
                 print(f"| {name} | {backend} | 1/{round(1 / fraction)} | {s['chunks']} | "
                       f"{seconds:.3f} | {seconds / base:.2f} | {cpu:.3f} | {cpu / base_cpu:.2f} | "
                       f"{s['device_peak_bytes'] / mib:.1f} | {budget / mib:.1f} | "
+                      f"{host / mib:.0f} | "
                       f"{s['bytes_to_device'] / mib:.0f} | {s['bytes_from_device'] / mib:.0f} | "
                       f"{s['hidden_transfer_share']:.0%} |", flush=True)
                 t.close()
@@ -111,9 +119,9 @@ def schedule(args):
     orders = {"R-MAT order": data, "degree order": reordered(data, g2, order)}
     print(f"R-MAT {data.graph.num_nodes} nodes, {data.graph.num_edges} edges, P = {args.parts}, "
           "GCN training step (self loops added)")
-    print("| order | schedule | pieces | rows loaded | x whole | to device MiB | x whole | "
-          "same step |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| order | schedule | pieces | rows loaded | x whole | edge stages to device MiB | "
+          "x whole | all to device MiB | x whole | same step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, d in orders.items():
         runs = {}
         for selective in (False, True):
@@ -127,12 +135,15 @@ def schedule(args):
         whole, grid = runs[False][1], runs[False][2]
         per_chunk = per_chunk_selective_rows(grid)
         print(f"| {label} | whole chunks | {len(grid.pieces)} | {whole['loaded_rows']} | 1.00 | "
+              f"{whole['edge_stage_bytes_to_device'] / 2**20:.0f} | 1.00 | "
               f"{whole['bytes_to_device'] / 2**20:.0f} | 1.00 | |")
         print(f"| {label} | selective, per chunk (not run) | {len(grid.pieces)} | {per_chunk} | "
-              f"{per_chunk / whole['loaded_rows']:.2f} | | | |")
+              f"{per_chunk / whole['loaded_rows']:.2f} | | | | | |")
         s = runs[True][1]
         print(f"| {label} | selective, equal pieces | {s['pieces']} | {s['loaded_rows']} | "
               f"{s['loaded_rows'] / whole['loaded_rows']:.2f} | "
+              f"{s['edge_stage_bytes_to_device'] / 2**20:.0f} | "
+              f"{s['edge_stage_bytes_to_device'] / whole['edge_stage_bytes_to_device']:.2f} | "
               f"{s['bytes_to_device'] / 2**20:.0f} | "
               f"{s['bytes_to_device'] / whole['bytes_to_device']:.2f} | "
               f"{'yes' if same else 'NO'} |", flush=True)

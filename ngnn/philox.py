@@ -174,11 +174,18 @@ def _keep_chunks(seed, stream, rate, size):
         yield start, stop, chunk[:stop - start] >= threshold
 
 
-def keep_bits(seed, stream, rate, out):
-    """Fills the bool array `out` with the keep bits of the mask over its positions."""
+def keep_bits(seed, stream, rate, out, start=0):
+    """Fills the bool array `out` with the keep bits of the mask over its positions, the
+    first being position `start`."""
     flat = out.reshape(-1)
-    for start, stop, keep in _keep_chunks(seed, stream, rate, flat.size):
-        flat[start:stop] = keep
+    if start:
+        threshold = np.uint32(keep_threshold(rate))
+        for low in range(0, flat.size, CHUNK):
+            high = min(low + CHUNK, flat.size)
+            flat[low:high] = words(seed, start + low, high - low, stream) >= threshold
+        return out
+    for low, high, keep in _keep_chunks(seed, stream, rate, flat.size):
+        flat[low:high] = keep
     return out
 
 

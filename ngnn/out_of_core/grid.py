@@ -14,13 +14,15 @@ import numpy as np
 from ngnn.graph import Graph
 from ngnn.sampling.slot import GraphSlot
 
+PIECE_CACHE_BYTES = 256 << 20
+
 
 class ChunkSlot(GraphSlot):
     """The graph every edge stage computation is compiled over: capacities fixed, and
-    `show(piece)` swaps in a piece's padded graph, built when shown: kept for every piece,
-    the pieces' CSR arrays and the transformers' caches on them would hold several times
-    the graph's index arrays on the host, and building them measured no slower (R-MAT 2M:
-    3.4 against 4.7 GiB peak, 11.2 against 11.6 s a step).
+    `show(piece)` swaps in a piece's padded graph. Pieces keep their padded graphs (index
+    arrays and CSR orders, built once) while those stay within PIECE_CACHE_BYTES on the
+    host, and build them again when shown past that: kept for every piece, they would take
+    more host memory than the whole graph (R-MAT 2M: 4.7 against 3.4 GiB peak).
     `global_node_ids` and `global_edge_ids` key dropout masks by whole-graph ids."""
 
     def __init__(self, num_nodes, num_edges):
@@ -28,11 +30,21 @@ class ChunkSlot(GraphSlot):
         self.global_node_ids = np.zeros(num_nodes, np.int64)
         self.global_edge_ids = np.zeros(num_edges, np.int64)
         self.versions = 0
+        self.cache_left = PIECE_CACHE_BYTES
 
     def show(self, piece):
-        versions = self.versions + 1
-        self.__dict__ = piece.padded(self)
-        self.version = self.versions = versions
+        kept = {"versions": self.versions + 1, "cache_left": self.cache_left}
+        # A copy: what transformers cache on the graph it shows dies with it.
+        self.__dict__ = dict(piece.padded(self))
+        self.__dict__.update(kept, version=kept["versions"])
+
+    def keeps(self, state):
+        """Whether a piece may keep its padded graph `state` (the cache has room)."""
+        nbytes = sum(v.nbytes for v in state.values() if isinstance(v, np.ndarray))
+        if nbytes > self.cache_left:
+            return False
+        self.cache_left -= nbytes
+        return True
 
 
 class RowBlock(GraphSlot):
@@ -57,13 +69,16 @@ class Piece:
         self.rows = rows
         self.num_dst = num_dst
         self.src, self.dst = src, dst          # local ids
+        self._state = None
 
     @property
     def num_edges(self):
         return self.eids.shape[0]
 
     def padded(self, slot):
-        """The __dict__ of `slot` showing this piece."""
+        """The __dict__ of `slot` showing this piece (kept if the slot's cache has room)."""
+        if self._state is not None:
+            return self._state
         # Every local row may be a destination (slot.num_dst == slot.num_nodes), so the
         # padding edges join padding rows only, never a real row.
         spare = slot.num_edges - self.num_edges
@@ -76,6 +91,8 @@ class Piece:
         state["global_node_ids"] = np.concatenate(
             [self.rows, np.zeros(slot.num_nodes - rows, np.int64)])
         state["global_edge_ids"] = np.concatenate([self.eids, np.zeros(spare, np.int64)])
+        if slot.keeps(state):
+            self._state = state
         return state
 
 
@@ -129,8 +146,10 @@ class ChunkGrid:
         at = np.searchsorted(dst_rows, src).clip(max=max(dst_rows.shape[0] - 1, 0))
         in_dst = dst_rows[at] == src if dst_rows.shape[0] else np.zeros(src.shape, bool)
         local_src = np.where(in_dst, at, dst_rows.shape[0] + np.searchsorted(extra, src))
-        return Piece(eids, rows, dst_rows.shape[0], local_src.astype(np.int32),
-                     local_dst.astype(np.int32))
+        # By destination: the piece's in-CSR order is then its edge order, found unsorted.
+        by_dst = np.argsort(local_dst, kind="stable")
+        return Piece(eids[by_dst], rows, dst_rows.shape[0], local_src[by_dst].astype(np.int32),
+                     local_dst[by_dst].astype(np.int32))
 
     def capacities(self):
         """(rows, edges) a ChunkSlot needs for every piece, with a spare row for the

@@ -18,7 +18,9 @@ kind, row by row, and no partial result among them); else it starts a later stag
 whose readers all sit in one later stage move there, so a cheap value (a recomputed
 dropout mask) is recomputed where it is used instead of stored. Broadcasts of small values
 to rows, transposes of node matrices and dropouts of sparse features are views: copied into
-each stage that reads them.
+each stage that reads them. So are edge values: computed from node values (gathered per
+piece) and small ones, they are recomputed in each edge stage that reads them, which costs
+less than storing a row per edge on the host and streaming it back (GAT's attention).
 """
 import numpy as np
 
@@ -72,6 +74,7 @@ class Plan:
     def __init__(self, results, graph):
         self.graph = graph
         self.results = results
+        self.result_set = set(results)
         self.ops = ordered_ops(results)
         self.users = {op: [] for op in self.ops}
         for op in self.ops:
@@ -171,6 +174,9 @@ class Plan:
         space = self.space[op]
         if space == "bcast" or space in ("nT", "eT") or isinstance(op, SparseDropout):
             return "view"
+        if space == "e" and op not in self.result_set and \
+                all(self.kind[a] != "edge" for a in op.args):
+            return "view"          # recomputed where it is read, not stored
         if isinstance(op, (Gather, Aggregate)) or space == "e":
             return "edge"
         if space == "n" or op in self.partial:

@@ -156,7 +156,7 @@ class ChunkedProgram:
         *values, step = args
         t = self.transformer
         self.host = {}
-        self.moved = {"to": 0, "from": 0}
+        self.moved = {"to": 0, "from": 0, "to edge stages": 0}
         self.timing = {"prefetch": 0.0, "waited": 0.0}
         t.evict()
         t.hold_graphs(self.graphs)
@@ -173,6 +173,7 @@ class ChunkedProgram:
         self.stats.update({
             "device_peak_bytes": t.device_peak, "budget_bytes": self.budget,
             "bytes_to_device": self.moved["to"], "bytes_from_device": self.moved["from"],
+            "edge_stage_bytes_to_device": self.moved["to edge stages"],
             "seconds": time.perf_counter() - started, "transfer_seconds": prefetch,
             "hidden_transfer_share": max(0.0, prefetch - waited) / prefetch if prefetch else 1.0,
             "loaded_rows": self.grid.loaded_rows})
@@ -311,8 +312,10 @@ class StageRunner:
                 part = np.ones((rows,) + a.shape[1:], a.dtype)
                 np.take(whole, ids, axis=0, out=part[:ids.shape[0]])
             if space is not None:
-                program.moved["to"] += part.data.nbytes if hasattr(part, "indptr") else \
-                    part.nbytes
+                nbytes = part.data.nbytes if hasattr(part, "indptr") else part.nbytes
+                program.moved["to"] += nbytes
+                if self.stage.kind == "edge":
+                    program.moved["to edge stages"] += nbytes
             out.append(part)
         return out, time.perf_counter() - started
 

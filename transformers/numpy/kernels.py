@@ -3,6 +3,8 @@
 Every one is vectorized: aggregations are SciPy sparse products or segment reductions
 over the CSR order, never a Python loop over nodes or edges.
 """
+from collections import OrderedDict
+
 import numpy as np
 import scipy.sparse
 
@@ -131,6 +133,11 @@ def dropout_rows(x, seed, step, rate, rows, out):
     return apply_keep(np.broadcast_to(x, out.shape), keep, rate, out)
 
 
+SPARSE_ROWS = 4       # rows at most a quarter of their span: draw the span once, keep it
+SPAN_MASKS = 4        # the masks kept (the latest calls' edge dropouts)
+_span_masks = OrderedDict()       # (seed, call number, rate, row width) -> keep bits
+
+
 def dropout_keep_rows(seed, step, rate, shape, rows):
     """The keep bits of a dropout whose row i takes the row-major positions of row
     rows[i]: drawn at C speed (NumPy's Philox) over the span of the ids, one chunk of
@@ -139,6 +146,23 @@ def dropout_keep_rows(seed, step, rate, shape, rows):
     keep = np.empty((len(rows), width), np.bool_)
     if keep.size == 0:
         return keep.reshape(shape)
+    first = int(rows[0])
+    if int(rows[-1]) - first + 1 == len(rows) and np.all(np.diff(rows) == 1):
+        # Consecutive ids (a block of rows): the mask of positions first * width on.
+        return philox.keep_bits(seed, step, rate, keep.reshape(-1), start=first * width) \
+            .reshape(shape)
+    span = int(rows.max()) + 1
+    if len(rows) * SPARSE_ROWS < span:
+        # Few rows scattered over many (an edge piece of a chunked run, whose every stage
+        # draws the same mask): the mask of rows [0, span) is drawn once per call number.
+        key = (seed, step, rate, width)
+        mask = _span_masks.get(key)
+        if mask is None or mask.shape[0] < span:
+            mask = philox.keep_bits(seed, step, rate, np.empty((span, width), np.bool_))
+            _span_masks[key] = mask
+            while len(_span_masks) > SPAN_MASKS:
+                _span_masks.popitem(last=False)
+        return mask[rows].reshape(shape)
     order = np.argsort(rows, kind="stable")
     ids = np.asarray(rows, dtype=np.int64)[order]
     threshold = np.uint32(philox.keep_threshold(rate))
