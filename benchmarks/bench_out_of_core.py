@@ -30,13 +30,18 @@ import tempfile
 import time
 import tracemalloc
 
-import numpy as np
+# One BLAS thread per process, for every run alike (as bench_simulate.py): with other jobs
+# on the two cores, OpenBLAS's spinning threads stalled a 32 x 22,000 x 32 product for
+# seconds in some runs and not in others.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import ngnn as ng
-from ngnn import datasets, nn, optim
-from ngnn import transformers as ngt
-from ngnn.out_of_core import plan_bytes
-from ngnn.train import seed_dropout
+import numpy as np  # noqa: E402
+
+import ngnn as ng  # noqa: E402
+from ngnn import datasets, nn, optim  # noqa: E402
+from ngnn import transformers as ngt  # noqa: E402
+from ngnn.out_of_core import plan_bytes  # noqa: E402
+from ngnn.train import seed_dropout  # noqa: E402
 
 CLASSES, DEGREE = 8, 10
 

@@ -175,7 +175,7 @@ class Plan:
         if space == "bcast" or space in ("nT", "eT") or isinstance(op, SparseDropout):
             return "view"
         if space == "e" and op not in self.result_set and \
-                all(self.kind[a] != "edge" for a in op.args):
+                not any(self.space[a] == "e" and self.kind[a] == "edge" for a in op.args):
             return "view"          # recomputed where it is read, not stored
         if isinstance(op, (Gather, Aggregate)) or space == "e":
             return "edge"
