@@ -33,9 +33,10 @@ class ChunkSlot(GraphSlot):
         self.cache_left = PIECE_CACHE_BYTES
 
     def show(self, piece):
+        state = piece.padded(self)             # may take from the cache's room
         kept = {"versions": self.versions + 1, "cache_left": self.cache_left}
         # A copy: what transformers cache on the graph it shows dies with it.
-        self.__dict__ = dict(piece.padded(self))
+        self.__dict__ = dict(state)
         self.__dict__.update(kept, version=kept["versions"])
 
     def keeps(self, state):
