@@ -179,9 +179,7 @@ def measure_all(args, configurations):
                   flush=True)
         data = {}
         for model, nodes, parts, policy in configurations:
-            if (model, nodes) not in data:
-                data = {(model, nodes): load_dataset(cli_args(model, nodes))}
-            graph = data[model, nodes]
+            graph = dataset_of(model, nodes, data)
             if parts == 1:
                 m, median, ops = single(model, nodes, args.steps, graph)
                 for name, seconds in ops:
@@ -198,14 +196,21 @@ def measure_all(args, configurations):
     return measured, per_op, profiles
 
 
+def dataset_of(model, nodes, held):
+    """The dataset of a configuration; `held` keeps the last one (configurations come
+    grouped by model and size, and two R-MAT 500K datasets do not fit side by side)."""
+    if (model, nodes) not in held:
+        held.clear()
+        held[model, nodes] = load_dataset(cli_args(model, nodes))
+    return held[model, nodes]
+
+
 def predict_all(configurations, measured, per_op, profiles):
     topology = simulate.calibration.best_of(*profiles)
     rows, op_rows = [], []
     data = {}
     for model, nodes, parts, policy in configurations:
-        if (model, nodes) not in data:
-            data = {(model, nodes): load_dataset(cli_args(model, nodes))}
-        graph = data[model, nodes]
+        graph = dataset_of(model, nodes, data)
         if parts == 1:
             p, ops = predict_single(model, nodes, topology, graph)
             op_rows += [(model, nodes, name, ops[name], seconds)
