@@ -70,7 +70,9 @@ class Sizes:
             self.vertex_rows, self.edge_capacity = max(-(-n // self.parts), 1), None
             return
         persistent = sum(v.nbytes for v in variables)
-        small = sum(op.nbytes for op in plan.ops if plan.space[op] is None)
+        # Stages hold memory one at a time: the most small values one of them holds.
+        small = max([sum(op.nbytes for op in s.inputs + s.ops + s.views
+                         if plan.space[op] is None) for s in plan.stages], default=0)
 
         def stage_row_bytes(kind, space):
             return max([sum(row_bytes(op) for op in s.inputs + s.ops + s.views
