@@ -164,13 +164,15 @@ class ChunkedProgram:
         t.hold_graphs(self.graphs)
         t.device_peak = t.device_allocated
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=1) as reader:
-            for runner, dead in zip(self.runners, self.dead_after):
-                runner.run(values, step, reader)
-                for op in dead:
-                    del self.host[op]
-        t.evict()
-        t.drop_graphs(self.graphs)
+        try:
+            with ThreadPoolExecutor(max_workers=1) as reader:
+                for runner, dead in zip(self.runners, self.dead_after):
+                    runner.run(values, step, reader)
+                    for op in dead:
+                        del self.host[op]
+        finally:        # a failed call (a NaN read from disk) leaves no device memory held
+            t.evict()
+            t.drop_graphs(self.graphs)
         prefetch, waited = self.timing["prefetch"], self.timing["waited"]
         self.stats.update({
             "device_peak_bytes": t.device_peak, "budget_bytes": self.budget,
