@@ -6,6 +6,7 @@ and calls MPI_Abort, which makes mpiexec end every rank at once.
 """
 import os
 import sys
+import time
 import traceback
 
 from .exchange import world
@@ -31,6 +32,9 @@ def run_on_ranks(command, func):
         kind = "" if isinstance(err, EXPECTED) else type(err).__name__ + ": "
         print(f"ngnn {command}: error{where}: {kind}{err}", file=sys.stderr, flush=True)
         if size > 1:
+            # mpiexec forwards a rank's stderr through its proxy, and an abort at once can
+            # end the proxy before the message is through (seen in 1 run of 5).
+            time.sleep(1.0)
             comm.Abort(1)
         return 1
 
