@@ -88,9 +88,6 @@ class Plan:
         self.stages = self._stages()
 
     # ---- spaces -----------------------------------------------------------------------
-    def rows_of(self, space):
-        return {"n": self.graph.num_nodes, "e": self.graph.num_edges}[space]
-
     def _space(self, op):
         n, e = self.graph.num_nodes, self.graph.num_edges
         if isinstance(op, Communication):

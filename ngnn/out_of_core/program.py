@@ -138,8 +138,7 @@ class ChunkedProgram:
         self.budget = budget
         self.parameters = {p: i for i, p in enumerate(computation.parameters)}
         self.runners = [StageRunner(self, k, stage) for k, stage in enumerate(plan.stages)]
-        self.graphs = [self.slot] + [h for r in self.runners
-                                     for h in getattr(r, "holders", {}).values()]
+        self.graphs = [self.slot] + [h for r in self.runners for h in r.holders.values()]
         transformer.drop_graphs(self.graphs)
         # The host drops a value after the last stage that reads it.
         last_read = {a: k for k, stage in enumerate(plan.stages) for a in stage.inputs}
@@ -203,7 +202,7 @@ class StageRunner:
         self.stage = stage
         plan, t = program.plan, program.transformer
         name = f"{program.computation.name}.stage{index}_{stage.kind}"
-        self.sum_like = [o for o in stage.outputs if o in plan.partial]
+        self.holders = {}          # RowBlock per block size (vertex stages)
         if stage.kind == "vertex":
             n, rows = plan.graph.num_nodes, program.sizes.vertex_rows
             self.blocks = [(s, min(s + rows, n)) for s in range(0, n, rows)]
