@@ -29,6 +29,13 @@ ngnn uses sparse input features when its API offers them (a placeholder declared
 `sparse=True`, fed a SciPy CSR matrix, chosen by the Trainer); the `features` column says
 which path ran. PyG gets dense features, as its Planetoid and Coauthor loaders give them.
 Without torch and torch_geometric the PyG columns say so and ngnn runs alone.
+
+`--device gpu` runs both sides on the GPU: ngnn's GPU transformer (CUDA through PyCUDA on an
+NVIDIA GPU) against PyG on `cuda`, each timed call ending with the device synchronized (ngnn's
+calls return host arrays; PyG's are followed by `torch.cuda.synchronize()`). Memory is then
+the device's peak: the bytes ngnn's transformer allocated (`device_peak`) against
+`torch.cuda.max_memory_allocated()`. ngnn's step is fed the features from the host each call,
+as the Trainer does; PyG's stay on the device.
 """
 import argparse
 import inspect
@@ -99,7 +106,7 @@ def dense_features(data, normalize):
 
 # ---- the ngnn side ------------------------------------------------------------------------
 
-def run_ngnn(name, model_name, warmup, epochs):
+def run_ngnn(name, model_name, warmup, epochs, device="cpu"):
     import scipy.sparse
 
     import ngnn as ng
@@ -115,7 +122,8 @@ def run_ngnn(name, model_name, warmup, epochs):
         model = nn.GCN(data.num_features, hidden_width(name, model_name), data.num_classes,
                        dropout=0.5, seed=0)
         optimizer = optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    trainer = Trainer(model, data, optimizer, normalize=normalize)
+    trainer = Trainer(model, data, optimizer, normalize=normalize,
+                      backend="gpu" if device == "gpu" else "numpy")
     sparse_api = "sparse" in inspect.signature(ng.placeholder).parameters
     sparse = scipy.sparse.issparse(trainer.features)      # what the step is fed
     for _ in range(warmup):
@@ -123,7 +131,11 @@ def run_ngnn(name, model_name, warmup, epochs):
         trainer.predict()
     step = timed(trainer.step, epochs)
     epoch = timed(lambda: (trainer.step(), trainer.predict()), epochs)
-    return {"step": step, "epoch": epoch, "peak": peak_rss_mib(), "baseline": baseline,
+    if device == "gpu":
+        peak, baseline = trainer.transformer.device_peak / (1 << 20), 0.0
+    else:
+        peak = peak_rss_mib()
+    return {"step": step, "epoch": epoch, "peak": peak, "baseline": baseline,
             "features": "sparse" if sparse else
             ("dense" if sparse_api else "dense (no sparse API)"),
             "loss": float(trainer.step())}
@@ -131,7 +143,7 @@ def run_ngnn(name, model_name, warmup, epochs):
 
 # ---- the PyG side -------------------------------------------------------------------------
 
-def run_pyg(name, model_name, warmup, epochs, csr=False):
+def run_pyg(name, model_name, warmup, epochs, csr=False, device="cpu"):
     import torch
     import torch.nn.functional as F
     import torch_geometric.nn as pyg
@@ -145,6 +157,9 @@ def run_pyg(name, model_name, warmup, epochs, csr=False):
         edges = to_torch_csr_tensor(edge_index.flip(0), size=(graph.num_nodes,) * 2)
     else:
         edges = edge_index
+    on = "cuda" if device == "gpu" else "cpu"
+    x, y, train, edges = (t.to(on) for t in (x, y, train, edges))
+    sync = torch.cuda.synchronize if on == "cuda" else (lambda: None)
     baseline = rss_mib()
     torch.manual_seed(0)
     classes, features = data.num_classes, data.num_features
@@ -179,7 +194,7 @@ def run_pyg(name, model_name, warmup, epochs, csr=False):
                 x = F.dropout(x, 0.5, self.training)
                 return self.conv2(x, edges)
         lr = 0.01
-    net = Net()
+    net = Net().to(on)
     opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=5e-4)
 
     def step():
@@ -188,19 +203,25 @@ def run_pyg(name, model_name, warmup, epochs, csr=False):
         loss = F.cross_entropy(net(x, edges)[train], y[train])
         loss.backward()
         opt.step()
-        return float(loss)
+        return float(loss)      # a host copy: the device is synchronized
 
     def evaluate():
         net.eval()
         with torch.no_grad():
-            return net(x, edges)
+            logits = net(x, edges)
+        sync()
+        return logits
 
     for _ in range(warmup):
         step()
         evaluate()
     step_time = timed(step, epochs)
     epoch = timed(lambda: (step(), evaluate()), epochs)
-    return {"step": step_time, "epoch": epoch, "peak": peak_rss_mib(), "baseline": baseline,
+    if on == "cuda":
+        peak, baseline = torch.cuda.max_memory_allocated() / (1 << 20), 0.0
+    else:
+        peak = peak_rss_mib()
+    return {"step": step_time, "epoch": epoch, "peak": peak, "baseline": baseline,
             "features": "dense", "threads": torch.get_num_threads(), "loss": step()}
 
 
@@ -208,17 +229,17 @@ def run_pyg(name, model_name, warmup, epochs, csr=False):
 
 def worker(args):
     if args.worker == "ngnn":
-        result = run_ngnn(args.datasets, args.models, args.warmup, args.epochs)
+        result = run_ngnn(args.datasets, args.models, args.warmup, args.epochs, args.device)
     else:
         result = run_pyg(args.datasets, args.models, args.warmup, args.epochs,
-                         csr=args.worker == "pyg-csr")
+                         csr=args.worker == "pyg-csr", device=args.device)
     print("RESULT " + json.dumps(result), flush=True)
 
 
 def spawn(side, dataset, model, args):
     command = [sys.executable, os.path.abspath(__file__), "--worker", side, "--datasets",
                dataset, "--models", model, "--warmup", str(args.warmup), "--epochs",
-               str(args.epochs)]
+               str(args.epochs), "--device", args.device]
     env = dict(os.environ)
     if args.threads:
         env.update({name: str(args.threads) for name in THREAD_VARIABLES})
@@ -248,6 +269,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=10, help="timed epochs per process")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for BLAS and torch on both sides (default: their own)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="gpu: ngnn's GPU transformer against PyG on cuda")
     parser.add_argument("--worker", choices=("ngnn", "pyg", "pyg-csr"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -258,7 +281,8 @@ def main():
     print(f"threads: {args.threads or 'library defaults'}; "
           f"{args.rounds} round(s) of one process per side, {args.warmup} warm-up and "
           f"{args.epochs} timed epochs each; times are the best round's median, memory the "
-          "largest peak RSS (MiB; in brackets above the process's memory before the model)")
+          + ("largest device peak (MiB)" if args.device == "gpu" else
+             "largest peak RSS (MiB; in brackets above the process's memory before the model)"))
     print("| dataset | model | ngnn features | ngnn step ms | ngnn epoch ms | ngnn peak MiB | "
           "PyG path | PyG step ms | PyG epoch ms | PyG peak MiB | step ratio | epoch ratio | "
           "memory ratio |")
