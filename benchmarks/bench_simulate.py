@@ -131,20 +131,24 @@ def main():
     parser.add_argument("--profile", help="a profile to use instead of calibrating now")
     parser.add_argument("--save", metavar="FILE", help="write the measurements and the "
                         "passes' profiles to FILE (JSON)")
-    parser.add_argument("--load", metavar="FILE", help="predict against the measurements "
-                        "and profiles of an earlier run's --save, measuring nothing")
+    parser.add_argument("--load", metavar="FILE", nargs="+", help="predict against the "
+                        "measurements and profiles of earlier runs' --save (several: merged, "
+                        "the fastest of each figure), measuring nothing")
     args = parser.parse_args()
     configurations = [(model, nodes, parts, policy) for nodes in args.nodes
                       for model in args.models for parts in args.ranks
                       for policy in (args.policies if parts > 1 else ["-"])]
+    print(f"BLAS threads per process: {simulate.calibration.blas_threads()}; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     if args.load:
-        measured, per_op, profiles = load_run(args.load)
+        measured, per_op, profiles = load_runs(args.load)
         configurations = [c for c in configurations if c in measured]
     else:
         measured, per_op, profiles = measure_all(args, configurations)
         if args.save:
             save_run(args.save, measured, per_op, profiles)
     predict_all(configurations, measured, per_op, profiles)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 def save_run(path, measured, per_op, profiles):
@@ -156,12 +160,21 @@ def save_run(path, measured, per_op, profiles):
     write_atomically(path, text.encode())
 
 
-def load_run(path):
-    with open(path) as f:
-        data = json.load(f)
-    measured = {tuple(row[:4]): (row[4], row[5]) for row in data["measured"]}
-    per_op = {tuple(row[:3]): row[3] for row in data["per_op"]}
-    profiles = [simulate.Topology.from_dict(p) for p in data["profiles"]]
+def load_runs(paths):
+    """The measurements and profiles of several --save files merged: the fastest of each
+    figure, every median, every profile."""
+    measured, per_op, profiles = {}, {}, []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for row in data["measured"]:
+            key, (best, medians) = tuple(row[:4]), measured.get(tuple(row[:4]),
+                                                                (float("inf"), []))
+            measured[key] = (min(best, row[4]), medians + row[5])
+        for row in data["per_op"]:
+            key = tuple(row[:3])
+            per_op[key] = min(per_op.get(key, float("inf")), row[3])
+        profiles += [simulate.Topology.from_dict(p) for p in data["profiles"]]
     return measured, per_op, profiles
 
 

@@ -358,3 +358,65 @@ def test_the_best_of_calibrations_keeps_each_best_figure():
 def test_a_narrower_product_never_costs_more_than_a_wider_one():
     capped = simulate.calibration.monotone([[9.0, 1.0, 3.0], [2.0, 5.0, 4.0]])
     assert capped == [[1.0, 1.0, 3.0], [2.0, 4.0, 4.0]]
+
+
+def two_ranks(model="gcn"):
+    from ngnn import transformers as ngt
+    args = make_parser().parse_args(["bench", "--model", model, *SBM])
+    _fill_defaults(args)
+    data = load_dataset(args)
+
+    def build(part, comm):
+        args.part = part
+        return make_trainer(args, data, 0, comm=comm, transformer=ngt.make_transformer("numpy"))
+    return simulate.build_trainers(build, data, 2, "cvc")[0]
+
+
+def test_exchanges_are_priced_by_the_rows_they_move():
+    """A reduction restricted to copies with local edges at one end sends only their rows,
+    and each rank receives exactly what its peer sends (the peer's flags, as
+    Exchange.restricted learns them)."""
+    pytest.importorskip("mpi4py")
+    from ngnn.op_graph import MirrorReduce
+    from ngnn.simulate.cost import exchange_rows
+    trainers = two_ranks()
+    restricted = []
+    for trainer in trainers:
+        trainer.train_step.transform()
+        restricted.append([op for op in trainer.train_step.ordered_ops
+                           if isinstance(op, MirrorReduce) and op.at is not None])
+    assert len(restricted[0]) == len(restricted[1]) > 0
+    for ops in zip(*restricted):
+        (mirrors0, masters0), (mirrors1, masters1) = [exchange_rows(op.graph, op.at)
+                                                      for op in ops]
+        assert masters0[1] == mirrors1[0] and masters1[0] == mirrors0[1]
+        local = ops[0].graph
+        everyone = len(local.exchange.mirrors_from[1])
+        assert mirrors0[1] == int(local.active(ops[0].at)[local.exchange.mirrors_from[1]]
+                                  .sum()) <= everyone
+
+
+def test_a_dropout_keyed_by_ids_draws_their_span():
+    """kernels.dropout_rows draws the mask over the span of the ids (a rank's global ids):
+    ids spread over twice their count cost more than consecutive ones; ids spread over
+    more than SPARSE_ROWS times their count draw the span once per call, so the backward
+    dropout of the same mask only picks its rows."""
+    from ngnn.op_graph import Dropout
+    from ngnn.simulate.cost import dropout, keep_bits
+    device = simulate.Device(**DEVICE)
+
+    class Ids:
+        pass
+    x = Placeholder((1000, 16), np.float32)
+
+    def keyed(ids, seed=7):
+        graph = Ids()
+        graph.ids = np.asarray(ids)
+        return Dropout(x, 0.5, seed=seed, rows=(graph, "ids"))
+    consecutive = dropout(keyed(np.arange(1000)), device, {}).seconds
+    assert dropout(keyed(np.arange(0, 2000, 2)), device, {}).seconds > consecutive
+    masks = {}
+    first = keep_bits(device, keyed(np.arange(0, 10000, 10)), masks).seconds
+    assert keep_bits(device, keyed(np.arange(0, 10000, 10)), masks).seconds < first / 5
+    assert keep_bits(device, keyed(np.arange(0, 10000, 10), seed=8), masks).seconds == \
+        pytest.approx(first)

@@ -181,6 +181,38 @@ def product_timings(quick, rng):
     return timings, sizes
 
 
+def keep_timings(quick, rng):
+    """Dropout keep bits: {("keep_bits", elements, 1): (a whole tensor's, elements)} on a
+    cached and an uncached tensor; and, for a rank's dropout keyed by its global ids (half
+    of a span, as 2 ranks hold), {("keep_rows", span, width): (kernels.dropout_keep_rows,
+    ids)} and {("keep_span", span, width): (the span's bits, ids)}: what picking the ids'
+    rows costs beyond drawing their span is the difference (`keep_select`)."""
+    from ..transformers.numpy import kernels as K
+    timings = {}
+    for elements in FUNCTION_SIZES[quick]:
+        bits = np.empty(elements, np.bool_)
+        timings["keep_bits", elements, 1] = (
+            lambda b=bits: philox.keep_bits(1, 0, 0.5, b), elements)
+    span = 20_000 if quick else TABLE_ROWS[0]
+    ids = np.sort(rng.choice(span, span // 2, replace=False))
+    for width in (1, 4, 16) if quick else (1, 4, 16, 64):
+        bits = np.empty(span * width, np.bool_)
+        timings["keep_rows", span, width] = (
+            lambda w=width: K.dropout_keep_rows(1, 0, 0.5, (len(ids), w), ids), len(ids))
+        timings["keep_span", span, width] = (
+            lambda b=bits: philox.keep_bits(1, 0, 0.5, b), len(ids))
+    return timings
+
+
+def keep_select(curves):
+    """Seconds per element picked by a keyed dropout beyond drawing its ids' span: the
+    `keep_rows` and `keep_span` curves (per id, at widths) made one, per element."""
+    rows, span = curves.pop("keep_rows"), curves.pop("keep_span")
+    seconds = [[max(r - s, 1e-12) / w for r, s, w in zip(row, spans, rows.widths)]
+               for row, spans in zip(rows.seconds, span.seconds)]
+    return Curve(rows.rows, rows.widths, seconds)
+
+
 def function_timings(quick, rng):
     """{(NumPy function, elements, 1): (function, elements)}: the functions of the ops'
     NumPy templates, per element, on a cached and an uncached array."""
@@ -251,7 +283,8 @@ def measure(quick=False, seed=0):
     graph, tables, widths = graph_timings(quick, rng)
     products, sizes = product_timings(quick, rng)
     functions = function_timings(quick, rng)
-    measured = {**graph, **products, **functions}
+    keeps = keep_timings(quick, rng)
+    measured = {**graph, **products, **functions, **keeps}
     products_names = {key[0] for key in products}
     timings = {key: run for key, (run, _) in {**scalars, **measured}.items()}
     best = _fastest(timings, rounds)
@@ -265,6 +298,7 @@ def measure(quick=False, seed=0):
                    for r in along]
         curves[name] = Curve(along, across, monotone(seconds) if name in products_names
                              else seconds)
+    curves["keep_select"] = keep_select(curves)
     return rates, curves
 
 
@@ -349,12 +383,25 @@ def calibrate(path=None, quick=False, mpi=True):
         link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2)
     device = Device("cpu", memory_bytes=memory, name="this machine", curves=curves,
                     cores=os.cpu_count(), **rates)
-    topology = Topology([device], [link], name="calibrated here" + (" (quick)" if quick
-                                                                    else ""))
+    threads = blas_threads()
+    topology = Topology([device], [link], name=f"calibrated here, {threads} BLAS thread"
+                        f"{'s' if threads > 1 else ''} per process" +
+                        (" (quick)" if quick else ""))
     path = path or default_profile_path()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     topology.save(path)
     return topology, path, notes
+
+
+def blas_threads():
+    """The BLAS threads a process starts here: OpenBLAS's setting (OPENBLAS_NUM_THREADS,
+    else OMP_NUM_THREADS), else a thread per core. The profile's name records it: BLAS
+    products, and 2 ranks on 2 cores, run at the thread count they were calibrated at."""
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(variable, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return os.cpu_count() or 1
 
 
 def best_of(*topologies):
@@ -384,9 +431,9 @@ def best_of(*topologies):
         for mine, theirs in zip(links, (link.to_dict() for link in other.links)):
             for field in ("latency", "allreduce_latency"):
                 mine[field] = min(mine[field], theirs[field])
-            # A ratio of two timings, not a speed: noise moves it either way, so the
-            # latest calibration's figure is kept.
-            mine["contention"] = theirs["contention"]
+            # The ranks' slowdown side by side, each calibration's the fastest turns':
+            # the smallest is the least disturbed by other jobs.
+            mine["contention"] = min(mine["contention"], theirs["contention"])
             for field in ("bandwidth", "allreduce_bandwidth"):
                 mine[field] = max(mine[field], theirs[field])
     return Topology.from_dict({"name": first.name, "validated": first.validated,

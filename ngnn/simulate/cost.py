@@ -134,13 +134,14 @@ def step_cost(step, device, topology, rank=0, views=(), plan=None):
             cost.calls = 1               # one kernel
         cost.kind = "fused"
     else:
-        cost = work(step, device, topology, rank, views)
+        cost = work(step, device, topology, rank, views, plan)
     cost.seconds += cost.calls * device.call_overhead
     return cost
 
 
-def work(op, device, topology, rank=0, views=()):
-    """The cost of the work of one op, without the call overheads."""
+def work(op, device, topology, rank=0, views=(), plan=None):
+    """The cost of the work of one op, without the call overheads. `plan`: the NumPy
+    transformer's view of the computation (`NumPyPlan`), whose kernels it prices."""
     if isinstance(op, LEAVES):
         return Cost(kind="view", calls=0)
     if op in views:                          # one statement binding a view
@@ -154,7 +155,7 @@ def work(op, device, topology, rank=0, views=()):
     if isinstance(op, Dot):
         return dense_product(op, device)
     if isinstance(op, (Dropout, SparseDropout)):
-        return dropout(op, device)
+        return dropout(op, device, plan.masks if plan is not None else None)
     if isinstance(op, (LogSoftmax, Softmax)):
         rows = size(op) // max(op.shape[op.axis], 1) if op.ndim else 1
         return primitive(device, "log_softmax", rows, op.shape[op.axis] if op.ndim else 1,
@@ -233,13 +234,69 @@ def dense_product(op, device):
     return Cost(seconds, flops, moved, kind="product")
 
 
-def dropout(op, device):
+def dropout(op, device, masks=None):
     """A random draw and a masked scale per element (per stored value of a sparse tensor,
-    bounded by its dense size)."""
+    bounded by its dense size); a dropout keyed by ids (`rows`, a rank's global ids) as
+    `kernels.dropout_rows` draws it: its keep bits (`keep_bits`), then the scale."""
     draws = size(op)
     moved = 2 * nbytes(op)
+    if isinstance(op, Dropout) and op.rows is not None and masks is not None:
+        cost = keep_bits(device, op, masks) + apply_keep(device, draws)
+        cost.calls = 1
+        return cost
     # The calibrated rate is a whole dropout's (philox.dropout: the draw and the scale).
     return Cost(draws / device.dropout_rate, draws, moved)
+
+
+def apply_keep(device, elements):
+    """x * scale * keep (kernels.apply_keep): a multiply, and one by a mask of bytes."""
+    if "np.multiply" in device.curves and "np.multiply@cast" in device.curves:
+        seconds = elements * (device.curves["np.multiply"](1, elements) +
+                              device.curves["np.multiply@cast"](1, elements))
+    else:
+        seconds = 2 * 9 * elements / device.memory_bandwidth
+    return Cost(seconds, 2 * elements, 18 * elements, calls=0)
+
+
+def keep_bits(device, op, masks):
+    """The keep bits of a dropout's mask (a byte per element) as the NumPy kernels draw
+    them: a whole tensor's at once (philox.keep_bits); keyed by ids (`op.rows`), as
+    `kernels.dropout_keep_rows` does: consecutive ids draw their own positions, ids spread
+    over a span at least `SPARSE_ROWS` times their count draw the whole span once per call
+    (kept in `masks`, as the kernels keep the latest `SPAN_MASKS`; a backward dropout
+    finds its forward's) and take their rows, and denser ids draw the span between the
+    first and the last id in chunks and pick theirs (`keep_select`, per element picked)."""
+    from ngnn.transformers.numpy.kernels import SPAN_MASKS, SPARSE_ROWS
+    elements, width = size(op), max(row_elements(op), 1)
+    if op.rows is None:
+        return Cost(elements * _per_draw(device, elements), elements, elements, calls=0)
+    graph, attribute = op.rows
+    ids = np.asarray(getattr(graph, attribute))
+    if ids.size == 0:
+        return Cost(calls=0)
+    first, last = int(ids.min()), int(ids.max())
+    if last - first + 1 == ids.size and np.all(np.diff(ids) == 1):
+        return Cost(elements * _per_draw(device, elements), elements, elements, calls=0)
+    if ids.size * SPARSE_ROWS < last + 1:
+        key = (op.seed, op.rate, width)
+        drawn = masks.pop(key, 0)
+        masks[key] = max(drawn, last + 1)
+        while len(masks) > SPAN_MASKS:
+            masks.pop(next(iter(masks)))
+        span = (last + 1) * width if drawn <= last else 0
+        take = primitive(device, "fancy", ids.size, width / 4, last + 1, calls=0)
+        return take + Cost(span * _per_draw(device, span), span, span, calls=0)
+    span = (last - first + 1) * width
+    select = device.curves["keep_select"](width) if "keep_select" in device.curves else \
+        8 / device.gather_bandwidth
+    return Cost(span * _per_draw(device, span) + elements * select, span, span + elements,
+                calls=0)
+
+
+def _per_draw(device, elements):
+    """Seconds per keep bit drawn (philox.keep_bits), over `elements` bits."""
+    curve = device.curves.get("keep_bits")
+    return curve(1, elements) if curve is not None else 1 / device.dropout_rate
 
 
 def sparse_product(op, device):
@@ -292,20 +349,58 @@ def communication(op, device, topology, rank):
         seconds = link.allreduce_latency * max(1.0, np.log2(ranks)) + \
             share * moved / link.allreduce_bandwidth
         return Cost(seconds, 0, 2 * moved, share * moved, kind="comm", calls=3)
-    exchange = op.graph.exchange
+    local = op.local_graph if isinstance(op, MasterBroadcast) else op.graph
+    exchange = local.exchange
     row = row_elements(op) * np.dtype(op.dtype).itemsize
-    sends, receives = ((exchange.mirrors_from, exchange.masters_to)
-                       if isinstance(op, MirrorReduce)
-                       else (exchange.masters_to, exchange.mirrors_from))
     width = row / 4
-    seconds, sent, rows_moved, calls = 0.0, 0, 0, 2
+    mirrors, masters = exchange_rows(local, op.at)
+    sends, receives = (mirrors, masters) if isinstance(op, MirrorReduce) else \
+        (masters, mirrors)
+    seconds, sent, calls = 0.0, 0, 2
     for peer in sorted(set(sends) | set(receives)):
-        out_rows, in_rows = len(sends.get(peer, ())), len(receives.get(peer, ()))
+        out_rows, in_rows = sends.get(peer, 0), receives.get(peer, 0)
         seconds += topology.link(rank, peer).time(max(out_rows, in_rows) * row, 1)
         sent += out_rows * row
-        rows_moved += out_rows + (2 if isinstance(op, MirrorReduce) else 1) * in_rows
         calls += 4
-    copy = primitive(device, "fancy", rows_moved, width, op.shape[0] if op.shape else 1)
-    whole = passes(device, size(op), 2 * nbytes(op))       # np.copyto(out, x)
-    return Cost(seconds + copy.seconds + whole.seconds, 0, copy.bytes + whole.bytes, sent,
-                kind="comm", calls=calls)
+    out_rows, in_rows = sum(sends.values()), sum(receives.values())
+    table = op.shape[0] if op.shape else 1
+    # Sent rows are picked (x[rows]); received ones are written into place, after reading
+    # the rows they combine with for a reduction (out[rows] = combine(out[rows], got)).
+    picks = out_rows + (2 if isinstance(op, MirrorReduce) else 1) * in_rows
+    copy = primitive(device, "fancy", picks, width, table, calls=0)
+    masters_part = nbytes(op) if isinstance(op, MirrorReduce) else nbytes(op.args[0])
+    whole = passes(device, 0, 2 * masters_part, calls=0)     # the masters' own rows
+    cost = copy + whole
+    if isinstance(op, MirrorReduce) and op.reduce != "sum":
+        # A copy of x with the inactive rows set to -inf or inf; masters without edges to 0.
+        cost = cost + passes(device, 0, 3 * nbytes(op.args[0]), calls=2)
+    if isinstance(op, MasterBroadcast) and op.at is not None:
+        cost = cost + passes(device, 0, nbytes(op) - masters_part, calls=1)   # mirrors to 0
+    return Cost(seconds + cost.seconds, 0, cost.bytes, sent, kind="comm",
+                calls=calls + cost.calls)
+
+
+def exchange_rows(local, at):
+    """({peer: mirror rows}, {peer: master rows}) that take part in an exchange over
+    `local` (a rank's LocalGraph) restricted to copies with local edges at `at` (None: all),
+    as `Exchange.restricted` finds them: a rank knows its own mirrors' flags; its masters'
+    come from the peers, read here from the ranks built together for a prediction
+    (`PlanningComm.world`), else from a plan the exchange already made, else all rows."""
+    exchange = local.exchange
+    mirrors = {q: len(rows) for q, rows in exchange.mirrors_from.items()}
+    masters = {q: len(rows) for q, rows in exchange.masters_to.items()}
+    if at is None:
+        return mirrors, masters
+    active = local.active(at)
+    mirrors = {q: int(active[rows].sum()) for q, rows in exchange.mirrors_from.items()}
+    world = getattr(exchange.comm, "world", None)
+    if world:
+        looped = local is not world[exchange.rank]
+        for q in masters:
+            peer = world[q].__dict__.get("_looped", world[q]) if looped else world[q]
+            masters[q] = int(peer.active(at)[peer.exchange.mirrors_from[exchange.rank]].sum())
+    else:
+        made = exchange._restricted.get((id(local), at))
+        if made is not None:
+            masters = {q: len(made[1].get(q, ())) for q in masters}
+    return mirrors, masters

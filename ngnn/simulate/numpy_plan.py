@@ -6,8 +6,8 @@ written through edge ids, which dropout masks are drawn once per call."""
 import numpy as np
 
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
-from .cost import (Cost, blocked, nbytes, passes, primitive, row_elements, row_width,
-                   work)
+from .cost import (Cost, apply_keep, blocked, keep_bits, nbytes, passes, primitive,
+                   row_elements, row_width, work)
 
 
 class NumPyPlan:
@@ -26,6 +26,9 @@ class NumPyPlan:
                                      comp.results)
         for writer in self.writers.values():
             writer.csr_ordered = ordered
+        # The span masks of keyed dropouts the kernels keep between statements, as the
+        # steps are priced in order (see cost.keep_bits).
+        self.masks = {}
 
     def writes(self, step):
         return step in self.writers
@@ -48,8 +51,7 @@ class NumPyPlan:
         masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
                  if isinstance(op, Dropout)}
         for op in masks.values():
-            draws = int(np.prod(op.shape, dtype=np.int64))
-            cost = cost + Cost(draws / device.dropout_rate, draws, draws)
+            cost = cost + keep_bits(device, op, self.masks)
         # Per block: edge ids, the other ends and segment bounds (views), segment ids.
         cost = cost + Cost(edges / device.repeat_rate, 0, 16 * edges, calls=6 * blocks)
         for op in group.ops:
@@ -111,7 +113,9 @@ class Block:
             if self.writer.is_edge_sized(op):            # keep[eids]: fancy rows of bytes
                 keep = primitive(device, "fancy", rows, row_elements(op), rows,
                                  calls=blocks)
-            return reads + keep + passes(device, elements, elements * 17, calls=3 * blocks)
+            scale = apply_keep(device, elements)
+            scale.calls = 3 * blocks
+            return reads + keep + scale
         if _is_view_template(op):
             return Cost(calls=blocks)
         cost = work(op, device, None)

@@ -26,8 +26,11 @@ class PlanningComm:
     count) return zeros and this rank's own values, which change numbers fed to the
     computation, never its ops or shapes. Requests are MPI's null request."""
 
-    def __init__(self, size, rank):
+    def __init__(self, size, rank, world=None):
         self.size, self.rank = int(size), int(rank)
+        # The LocalGraphs of all ranks once built (rank_trainers fills it): what a rank's
+        # exchanges would learn from its peers (ngnn.simulate.cost.exchange_rows).
+        self.world = world if world is not None else []
 
     def Get_size(self):
         return self.size
@@ -77,8 +80,11 @@ def rank_trainers(make_trainer, data, num_parts, policy):
                          "which needs mpi4py: pip install 'ngnn[mpi]'") from None
     from ..distributed import partition
     parts = partition(data.graph, num_parts, policy)
-    return [make_trainer(parts.part(r), PlanningComm(num_parts, r))
-            for r in range(num_parts)], parts
+    world = []
+    trainers = [make_trainer(parts.part(r), PlanningComm(num_parts, r, world))
+                for r in range(num_parts)]
+    world += [trainer.local_graph for trainer in trainers]
+    return trainers, parts
 
 
 def slowdown(topology, ranks):
