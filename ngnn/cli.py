@@ -318,7 +318,8 @@ def cmd_calibrate(args):
         print(f"  MPI, 2 ranks: latency {1e6 * link.latency:.1f} us, bandwidth "
               f"{link.bandwidth / 1e9:.2f} GB/s, all-reduce {1e6 * link.allreduce_latency:.1f} us"
               f" + {link.allreduce_bandwidth / 1e9:.2f} GB/s, 2 ranks compute "
-              f"{link.contention:.2f}x slower side by side")
+              f"{link.contention:.2f}x slower side by side; a waiting rank's sleeps overrun "
+              f"by {1e6 * link.poll_slack:.0f} us")
     print(f"profile written to {path}")
     return 0
 

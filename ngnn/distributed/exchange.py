@@ -11,6 +11,10 @@ import time
 
 import numpy as np
 
+# A waiting rank polls, then sleeps FIRST_PAUSE, doubling each time up to LONGEST_PAUSE
+# (ngnn.simulate prices the wake-up from the same schedule).
+FIRST_PAUSE, LONGEST_PAUSE = 1e-5, 1e-3
+
 
 def world():
     """MPI.COMM_WORLD (mpi4py is imported only when ranks are used)."""
@@ -28,10 +32,10 @@ def wait(requests):
     if not requests:
         return
     from mpi4py import MPI
-    pause = 1e-5
+    pause = FIRST_PAUSE
     while not MPI.Request.Testall(requests):
         time.sleep(pause)
-        pause = min(2 * pause, 1e-3)
+        pause = min(2 * pause, LONGEST_PAUSE)
 
 
 class Exchange:

@@ -377,10 +377,11 @@ def calibrate(path=None, quick=False, mpi=True):
         link = Link(latency=measured["latency"], bandwidth=measured["bandwidth"],
                     allreduce_latency=measured["allreduce_latency"],
                     allreduce_bandwidth=measured["allreduce_bandwidth"],
-                    contention=measured["contention"])
+                    contention=measured["contention"], poll_slack=poll_slack())
     else:
         # Shared-memory MPI on one machine, unmeasured: a memory copy's bandwidth.
-        link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2)
+        link = Link(latency=20e-6, bandwidth=rates["memory_bandwidth"] / 2,
+                    poll_slack=poll_slack())
     device = Device("cpu", memory_bytes=memory, name="this machine", curves=curves,
                     cores=os.cpu_count(), **rates)
     threads = blas_threads()
@@ -391,6 +392,19 @@ def calibrate(path=None, quick=False, mpi=True):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     topology.save(path)
     return topology, path, notes
+
+
+def poll_slack(sleeps=30):
+    """Seconds a sleep between polls of a waiting rank (ngnn.distributed.exchange.wait)
+    overruns its pause here: the OS timer's slack and the wake-up. The median: it is what
+    a waiting rank gets, not a best case."""
+    from ..distributed.exchange import FIRST_PAUSE
+    overruns = []
+    for _ in range(sleeps):
+        start = time.perf_counter()
+        time.sleep(FIRST_PAUSE)
+        overruns.append(time.perf_counter() - start - FIRST_PAUSE)
+    return max(float(np.median(overruns)), 0.0)
 
 
 def blas_threads():
@@ -407,7 +421,8 @@ def blas_threads():
 def best_of(*topologies):
     """One profile from several calibrations of the same machine: each figure the best
     any of them measured (the fastest rate, the smallest cost per item or latency), as
-    each calibration keeps the best of its rounds; the ranks' contention the last's."""
+    each calibration keeps the best of its rounds; the ranks' contention the smallest,
+    the sleeps' slack the last's."""
     first = topologies[0]
     devices = first.device().to_dict()
     for other in topologies[1:]:
@@ -434,6 +449,7 @@ def best_of(*topologies):
             # The ranks' slowdown side by side, each calibration's the fastest turns':
             # the smallest is the least disturbed by other jobs.
             mine["contention"] = min(mine["contention"], theirs["contention"])
+            mine["poll_slack"] = theirs["poll_slack"]
             for field in ("bandwidth", "allreduce_bandwidth"):
                 mine[field] = max(mine[field], theirs[field])
     return Topology.from_dict({"name": first.name, "validated": first.validated,

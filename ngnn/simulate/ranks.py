@@ -113,6 +113,7 @@ def joint_timeline(reports, topology):
     if len({len(s) for s in segments}) != 1:
         raise ValueError("the ranks' computations differ in their communication ops: "
                          "cannot line them up")
+    slack = topology.link(0, 1).poll_slack if len(reports) > 1 else 0.0
     clocks = [0.0] * len(reports)
     busy = [0.0] * len(reports)
     communication = 0.0
@@ -122,9 +123,26 @@ def joint_timeline(reports, topology):
             busy[r] += pieces[i][0]
         exchange = max(pieces[i][1] for pieces in segments)
         if exchange:
-            meet = max(clocks)
-            clocks = [meet + exchange] * len(clocks)
+            # The last rank to arrive finds its peers' messages there; the others notice
+            # the end of the exchange at their next poll.
+            last = max(range(len(clocks)), key=clocks.__getitem__)
+            done = clocks[last] + exchange
+            clocks = [done if r == last else c + woken(done - c, slack)
+                      for r, c in enumerate(clocks)]
             communication += exchange
     total = max(clocks)
     compute = max(busy)
     return total, compute, communication, max(0.0, total - compute - communication)
+
+
+def woken(wait, slack):
+    """Seconds until a rank whose exchange ends `wait` seconds after it started waiting
+    notices: ngnn.distributed.exchange.wait polls at once, then after each pause, the
+    pauses doubling from FIRST_PAUSE to LONGEST_PAUSE and each overrun by the OS's
+    `slack`."""
+    from ..distributed.exchange import FIRST_PAUSE, LONGEST_PAUSE
+    elapsed, pause = 0.0, FIRST_PAUSE
+    while elapsed < wait:
+        elapsed += pause + slack
+        pause = min(2 * pause, LONGEST_PAUSE)
+    return elapsed

@@ -18,7 +18,8 @@ GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate",
                "transcendental_rate", "repeat_rate", "transpose_rate")
 OPTIONAL_DEVICE_FIELDS = GRAPH_RATES + ("cores", "curves")
 LINK_FIELDS = ("latency", "bandwidth")
-OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention")
+OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention",
+                        "poll_slack")
 
 
 def _positive(where, name, value, allow_zero=False):
@@ -149,10 +150,11 @@ class Link:
     link's bandwidth); `contention`, how much
     slower each rank computes while its peers compute beside it on the same host
     (calibrated: both ranks on this machine share its memory and cores; 1 for separate
-    devices)."""
+    devices); `poll_slack`, how much longer than asked a waiting rank sleeps between
+    polls (the OS timer's slack; calibrated, default 0)."""
 
     def __init__(self, latency, bandwidth, ends=None, allreduce_latency=None,
-                 allreduce_bandwidth=None, contention=1.0):
+                 allreduce_bandwidth=None, contention=1.0, poll_slack=0.0):
         where = f"link {ends!r}" if ends else "link"
         self.latency = _positive(where, "latency", latency, allow_zero=True)
         self.bandwidth = _positive(where, "bandwidth", bandwidth)
@@ -161,6 +163,7 @@ class Link:
         self.allreduce_bandwidth = self.bandwidth if allreduce_bandwidth is None else \
             _positive(where, "allreduce_bandwidth", allreduce_bandwidth)
         self.contention = _positive(where, "contention", contention)
+        self.poll_slack = _positive(where, "poll_slack", poll_slack, allow_zero=True)
         if ends is not None and (not isinstance(ends, (list, tuple)) or len(ends) != 2):
             raise ValueError(f"topology: {where}: ends must be a pair of device names")
         self.ends = tuple(ends) if ends is not None else None
@@ -172,7 +175,7 @@ class Link:
         return {"latency": self.latency, "bandwidth": self.bandwidth,
                 "allreduce_latency": self.allreduce_latency,
                 "allreduce_bandwidth": self.allreduce_bandwidth, "contention": self.contention,
-                **({"ends": list(self.ends)} if self.ends else {})}
+                "poll_slack": self.poll_slack, **({"ends": list(self.ends)} if self.ends else {})}
 
 
 class Topology:
