@@ -103,8 +103,15 @@ def graph_timings(quick, rng):
         starts = np.unique(np.searchsorted(indptr, np.arange(0, n_e, small), side="right") - 1)
         bounds = list(zip(starts, list(starts[1:]) + [n_v]))
         widest = max(int(indptr[v1] - indptr[v0]) for v0, v1 in bounds)
+        # A third of a table's rows, sorted, as an exchange picks a peer's rows (x[rows],
+        # a new array) and writes the rows received into place (out[rows] = received).
+        exchanged = np.sort(rng.choice(rows, rows // 3, replace=False))
         for w in widths:
             x = rng.standard_normal((rows, w), dtype=np.float32)
+            received = np.zeros((len(exchanged), w), np.float32)
+            timings["pick", rows, w] = (lambda x=x, i=exchanged: x[i], len(exchanged))
+            timings["place", rows, w] = (
+                lambda x=x, i=exchanged, r=received: x.__setitem__(i, r), len(exchanged))
             gathered, out = _view(scratch, (n_e, w)), _view(result, (n_v, w))
             timings["take", rows, w] = (
                 lambda x=x, g=gathered, c=cols: np.take(x, c, axis=0, out=g), n_e)

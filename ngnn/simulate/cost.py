@@ -284,7 +284,7 @@ def keep_bits(device, op, masks):
         while len(masks) > SPAN_MASKS:
             masks.pop(next(iter(masks)))
         span = (last + 1) * width if drawn <= last else 0
-        take = primitive(device, "fancy", ids.size, width / 4, last + 1, calls=0)
+        take = picks(device, ids.size, width / 4, last + 1)
         return take + Cost(span * _per_draw(device, span), span, span, calls=0)
     span = (last - first + 1) * width
     select = device.curves["keep_select"](width) if "keep_select" in device.curves else \
@@ -363,11 +363,14 @@ def communication(op, device, topology, rank):
         sent += out_rows * row
         calls += 4
     out_rows, in_rows = sum(sends.values()), sum(receives.values())
-    table = op.shape[0] if op.shape else 1
-    # Sent rows are picked (x[rows]); received ones are written into place, after reading
-    # the rows they combine with for a reduction (out[rows] = combine(out[rows], got)).
-    picks = out_rows + (2 if isinstance(op, MirrorReduce) else 1) * in_rows
-    copy = primitive(device, "fancy", picks, width, table, calls=0)
+    # Sent rows are picked (x[rows]); received ones are written into place, a reduction
+    # first picking the rows they combine with (out[rows] = combine(out[rows], got)).
+    table = op.args[0].shape[0] if op.args[0].shape else 1
+    copy = picks(device, out_rows, width, table)
+    if isinstance(op, MirrorReduce):
+        copy = copy + picks(device, in_rows, width, op.shape[0]) + \
+            passes(device, in_rows * width, 3 * in_rows * row, calls=0)
+    copy = copy + places(device, in_rows, width, op.shape[0] if op.shape else 1)
     masters_part = nbytes(op) if isinstance(op, MirrorReduce) else nbytes(op.args[0])
     whole = passes(device, 0, 2 * masters_part, calls=0)     # the masters' own rows
     cost = copy + whole
@@ -378,6 +381,18 @@ def communication(op, device, topology, rank):
         cost = cost + passes(device, 0, nbytes(op) - masters_part, calls=1)   # mirrors to 0
     return Cost(seconds + cost.seconds, 0, cost.bytes, sent, kind="comm",
                 calls=calls + cost.calls)
+
+
+def picks(device, rows, width, table):
+    """x[rows] of `rows` sorted rows of a table of `table` rows (a new array)."""
+    name = "pick" if "pick" in device.curves else "fancy"
+    return primitive(device, name, rows, width, table, calls=0)
+
+
+def places(device, rows, width, table):
+    """out[rows] = values, `rows` sorted rows of a table of `table` rows."""
+    name = "place" if "place" in device.curves else "fancy"
+    return primitive(device, name, rows, width, table, calls=0)
 
 
 def exchange_rows(local, at):
