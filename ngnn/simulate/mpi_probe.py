@@ -4,17 +4,50 @@ sends and receives completed by ngnn.distributed.exchange.wait) and prints one J
 on rank 0: `latency` (seconds per message, a 1-element ping-pong, half a round trip),
 `bandwidth` (bytes/s of 8 MiB messages, both ways at once as the exchange posts them),
 `allreduce_latency` (a 1-element all-reduce) and `allreduce_bandwidth`, and `contention`
-(how much slower a step's mix in small, random-row gathers and a layer's narrow matrix
-products, runs on rank 0 while rank 1 runs it too than alone: both ranks share this
-machine's memory and cores; the fastest of several turns of each)."""
+(how much slower calibration's kernels run on rank 0 while rank 1 runs them too than
+alone: both ranks share this machine's memory and its last-level cache; the fastest of
+several turns of each)."""
 import json
 import sys
 import time
 
 import numpy as np
 
-# The contention loop lasts about as long as a short training step (a tenth of a second).
-MIX_ROUNDS = 12
+KERNEL_CALLS = 3      # calls of a kernel per timing
+
+
+def calibration_kernels(quick, rng):
+    """{name: function}: calibration's primitives at a GNN layer's width (16 floats), at
+    the sizes calibration measures them: random-row gathers and CSR products over the
+    columns of an R-MAT graph's in-CSR (a table of 100,000 and one of 500,000 rows), rows
+    in order, a narrow matrix product and its weight gradient, exp, dropout keep bits."""
+    from ngnn import philox
+    from ngnn.simulate.calibration import BLOCK_EDGES, FUNCTION_SIZES, TABLE_ROWS, rmat_block
+    from ngnn.transformers.numpy import kernels as K
+    width = 16
+    kernels = {}
+    for rows in (5_000, 20_000) if quick else TABLE_ROWS:
+        indptr, cols = rmat_block(rows, 50_000 if quick else BLOCK_EDGES, seed=1)
+        x = rng.standard_normal((rows, width), dtype=np.float32)
+        gathered = np.empty((len(cols), width), np.float32)
+        out = np.empty((len(indptr) - 1, width), np.float32)
+        data = np.ones(len(cols), np.float32)
+        kernels[f"take {rows}"] = lambda x=x, c=cols, g=gathered: np.take(x, c, axis=0, out=g)
+        kernels[f"take_sorted {rows}"] = lambda x=x, c=np.sort(cols), g=gathered: np.take(
+            x, c, axis=0, out=g)
+        kernels[f"spmm {rows}"] = lambda x=x, o=out, p=indptr, c=cols, d=data: K.csr_product(
+            (len(p) - 1, len(x)), p, c, d, x, o)
+        weight = rng.standard_normal((width, width), dtype=np.float32)
+        product, gradient = np.empty_like(x), np.empty_like(weight)
+        kernels[f"matmul {rows}"] = lambda x=x, w=weight, o=product, g=gradient: (
+            np.matmul(x, w, out=o), np.matmul(x.T, o, out=g))
+    elements = FUNCTION_SIZES[quick][-1]
+    values, result = rng.standard_normal(elements, dtype=np.float32), np.empty(elements,
+                                                                                np.float32)
+    bits = np.empty(elements, np.bool_)
+    kernels["exp"] = lambda: np.exp(values, out=result)
+    kernels["keep_bits"] = lambda: philox.keep_bits(1, 0, 0.5, bits)
+    return kernels
 
 
 def best(run, repeats, comm):
@@ -56,28 +89,16 @@ def main(quick=False):
                      max(3, repeats // 4), comm)
     allreduce_bandwidth = size / max(allreduce - allreduce_latency, 1e-9)
 
-    # A step's mix in small: random-row gathers, a narrow matrix product and its weight
-    # gradient (BLAS, whose threads each rank starts and which spin after each call).
-    rng = np.random.default_rng(rank)
-    table = rng.standard_normal((200_000 if not quick else 20_000, 16), dtype=np.float32)
-    index = rng.integers(0, len(table), 2 * len(table))
-    out = np.empty((len(index), 16), np.float32)
-    weight = rng.standard_normal((16, 4), dtype=np.float32)
-    product, gradient = np.empty((len(table), 4), np.float32), np.empty_like(weight)
+    kernels = calibration_kernels(quick, np.random.default_rng(rank))
 
-    def mix():
-        for _ in range(MIX_ROUNDS if not quick else 3):
-            np.take(table, index, axis=0, out=out)
-            np.matmul(table, weight, out=product)
-            np.matmul(table.T, product, out=gradient)
-
-    def beside(busy):
-        """Rank 0's mix while rank 1 runs it too (busy) or sleeps until told: not in an MPI
-        call, whose polling would hold a core."""
+    def beside(kernel, busy):
+        """Rank 0's kernel while rank 1 runs it too (busy) or sleeps until told: not in an
+        MPI call, whose polling would hold a core."""
         comm.Barrier()
         if rank == 0:
             start = time.perf_counter()
-            mix()
+            for _ in range(KERNEL_CALLS):
+                kernel()
             elapsed = time.perf_counter() - start
             comm.Send(np.zeros(1, np.uint8), dest=1, tag=5)
             return elapsed
@@ -85,19 +106,25 @@ def main(quick=False):
         request = comm.Irecv(flag, source=0, tag=5)
         while not request.Test():
             if busy:
-                mix()
+                kernel()
             else:
                 time.sleep(1e-4)
         return 0.0
 
-    beside(False)
-    # Alone and side by side in turns, the fastest of each kept, as every calibrated
-    # figure is: another job only ever slows a loop down, and what is measured is what
-    # the 2 ranks cost each other, not what the other jobs of the moment cost them.
-    alone, together = float("inf"), float("inf")
-    for _ in range(max(3, repeats // 4)):
-        alone = min(alone, beside(False))
-        together = min(together, beside(True))
+    # Each kernel alone and side by side in turns, the fastest of each kept, as every
+    # calibrated figure is: another job only ever slows a kernel down, and what is
+    # measured is what the 2 ranks cost each other, not what the other jobs of the moment
+    # cost them. The contention is the kernels' total time side by side over alone.
+    alone = {name: float("inf") for name in kernels}
+    together = dict(alone)
+    for name, kernel in kernels.items():
+        beside(kernel, False)
+    for _ in range(3 if quick else 5):
+        for name, kernel in kernels.items():
+            alone[name] = min(alone[name], beside(kernel, False))
+            together[name] = min(together[name], beside(kernel, True))
+    alone, together = sum(alone.values()), sum(together.values())
+
     if rank == 0:
         print(json.dumps({"latency": latency, "bandwidth": bandwidth,
                           "allreduce_latency": allreduce_latency,

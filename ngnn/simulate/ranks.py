@@ -10,10 +10,11 @@ for the last to arrive (bulk-synchronous, as the exchange's matched sends and re
 make it), and the exchange takes the longest of the ranks' priced exchanges.
 
 Ranks sharing a device (this machine's cores) compute more slowly: by the link's
-calibrated contention of 2 ranks on this machine (a step's mix of gathers and BLAS
-products run side by side: they share the memory, and each rank's BLAS threads spin on
-the cores the other needs) and by the share of a core each gets when there are more ranks
-than cores.
+calibrated contention of 2 ranks on this machine (calibration's kernels run side by side:
+they share the memory and the last-level cache, and with more than one BLAS thread per
+process, the cores) and by the share of a core each gets when there are more ranks than
+cores. A rank waiting at an exchange notices its end at its next poll
+(ngnn.distributed.exchange.wait sleeps between polls).
 """
 from ..op_graph import AllReduce, MasterBroadcast, MirrorReduce
 
