@@ -66,17 +66,19 @@ def _best(run, repeats):
     return _fastest({0: run}, repeats)[0]
 
 
-def rmat_block(num_nodes, edges, seed):
-    """(indptr, cols) of the first vertices of an R-MAT graph's in-CSR holding about
-    `edges` edges: a block as a fused group reads it, its columns spread over the whole
-    table of `num_nodes` rows."""
+def rmat_block(num_nodes, edges, seed, csr="in"):
+    """(indptr, cols) of the first vertices of an R-MAT graph's in-CSR (`csr="out"`: its
+    out-CSR) holding about `edges` edges: a block as a destination-parallel (a
+    source-parallel) fused group reads it, its columns spread over the whole table of
+    `num_nodes` rows."""
     from ..datasets import synthetic
     data = synthetic("rmat", num_nodes, 10.0, 1, 2, seed=seed)
     g = data.graph
-    last = int(np.searchsorted(g.in_indptr, min(edges, g.num_edges), side="right")) - 1
+    indptr, columns = (g.in_indptr, g.in_src) if csr == "in" else (g.out_indptr, g.out_dst)
+    last = int(np.searchsorted(indptr, min(edges, g.num_edges), side="right")) - 1
     last = max(last, 1)
-    indptr = np.ascontiguousarray(g.in_indptr[:last + 1])
-    return indptr, np.ascontiguousarray(g.in_src[:indptr[-1]])
+    indptr = np.ascontiguousarray(indptr[:last + 1])
+    return indptr, np.ascontiguousarray(columns[:indptr[-1]])
 
 
 def _view(buffer, shape):
@@ -95,8 +97,10 @@ def graph_timings(quick, rng):
     scratch = np.empty(block * 2 * top, np.float32)
     result = np.empty(max(tables) * top, np.float32)
     small = max(block // SMALL_BLOCKS, 1)
-    for rows in tables:
-        indptr, cols = rmat_block(rows, block, seed=1)
+    for rows, csr in [(rows, csr) for rows in tables for csr in ("in", "out")]:
+        # Source-parallel groups read the out-CSR's columns ("out_" curves).
+        indptr, cols = rmat_block(rows, block, seed=1, csr=csr)
+        prefix = "" if csr == "in" else "out_"
         n_v, n_e = len(indptr) - 1, len(cols)
         data = np.ones(n_e, np.float32)
         # The same edges in blocks of `small` edges, as a group with edge values runs them.
@@ -109,21 +113,22 @@ def graph_timings(quick, rng):
         for w in widths:
             x = rng.standard_normal((rows, w), dtype=np.float32)
             received = np.zeros((len(exchanged), w), np.float32)
-            timings["pick", rows, w] = (lambda x=x, i=exchanged: x[i], len(exchanged))
-            timings["place", rows, w] = (
-                lambda x=x, i=exchanged, r=received: x.__setitem__(i, r), len(exchanged))
+            if csr == "in":
+                timings["pick", rows, w] = (lambda x=x, i=exchanged: x[i], len(exchanged))
+                timings["place", rows, w] = (
+                    lambda x=x, i=exchanged, r=received: x.__setitem__(i, r), len(exchanged))
             gathered, out = _view(scratch, (n_e, w)), _view(result, (n_v, w))
-            timings["take", rows, w] = (
+            timings[prefix + "take", rows, w] = (
                 lambda x=x, g=gathered, c=cols: np.take(x, c, axis=0, out=g), n_e)
-            timings["spmm", rows, w] = (
+            timings[prefix + "spmm", rows, w] = (
                 lambda x=x, o=out, p=indptr, c=cols, n=n_v, r=rows, d=data:
                 K.csr_product((n, r), p, c, d, x, o), n_e)
-            timings["spmm_blocked", rows, w] = (
+            timings[prefix + "spmm_blocked", rows, w] = (
                 lambda x=x, o=out, p=indptr, c=cols, r=rows, d=data, b=bounds: [
                     K.csr_product((v1 - v0, r), p[v0:v1 + 1] - p[v0], c[p[v0]:p[v1]],
                                   d[p[v0]:p[v1]], x, o[v0:v1]) for v0, v1 in b], n_e)
             # A block's gathered rows stay in cache when blocks are small.
-            timings["take_blocked", rows, w] = (
+            timings[prefix + "take_blocked", rows, w] = (
                 lambda x=x, g=_view(scratch, (widest, w)), p=indptr, c=cols, b=bounds: [
                     np.take(x, c[p[v0]:p[v1]], axis=0, out=g[:p[v1] - p[v0]])
                     for v0, v1 in b], n_e)
@@ -134,7 +139,7 @@ def graph_timings(quick, rng):
             x = K.by_head(rng.standard_normal((rows, HEADS, f), dtype=np.float32), HEADS)
             out = _view(result, (n_v, HEADS, f)) if n_v * HEADS * f <= result.size else \
                 np.empty((n_v, HEADS, f), np.float32)
-            timings["gather_sum_heads", rows, f] = (
+            timings[prefix + "gather_sum_heads", rows, f] = (
                 lambda x=x, o=out, p=indptr, c=cols, b=bounds, e=weight: [
                     K.gather_sum(x, e[p[v0]:p[v1]], c[p[v0]:p[v1]], p[v0:v1 + 1] - p[v0],
                                  "sum", o[v0:v1]) for v0, v1 in b], n_e * HEADS)

@@ -119,7 +119,7 @@ def main(quick=False):
     together = dict(alone)
     for name, kernel in kernels.items():
         beside(kernel, False)
-    for _ in range(3 if quick else 5):
+    for _ in range(3):
         for name, kernel in kernels.items():
             alone[name] = min(alone[name], beside(kernel, False))
             together[name] = min(together[name], beside(kernel, True))

@@ -74,6 +74,14 @@ class Block:
         self.edges, self.nodes, self.end = group.graph.num_edges, group.graph.num_nodes, group.at
         self.members = set(group.ops)
 
+    def columns(self, name):
+        """The curve of primitive `name` reading rows by the other end's ids: a
+        source-parallel group walks the out-CSR, whose columns (destinations) fall
+        otherwise than the in-CSR's sources ("out_" curves, where calibrated)."""
+        if self.end == "src" and "out_" + name in self.device.curves:
+            return "out_" + name
+        return name
+
     def rows(self, op):
         return self.edges if op.scope == "e" else self.nodes
 
@@ -89,7 +97,7 @@ class Block:
     def member(self, op, products):
         device, blocks, edges = self.device, self.blocks, self.edges
         if isinstance(op, Gather):       # by the group's own end: rows in order
-            kind = "take_sorted" if op.by == self.end else "take"
+            kind = "take_sorted" if op.by == self.end else self.columns("take")
             return blocked(device, kind, edges, row_width(op), op.args[0].shape[0],
                            self.block_edges, blocks)
         if isinstance(op, Aggregate):
@@ -131,14 +139,14 @@ class Block:
             heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
             data = passes(device, 0, 4 * edges, calls=blocks) if weight is None else \
                 self.read(weight, op) if weight not in self.members else Cost(calls=0)
-            if heads > 1 and "gather_sum_heads" in device.curves:
+            if heads > 1 and self.columns("gather_sum_heads") in device.curves:
                 # Calibrated whole: per head a product, the weights by head and the heads
                 # back into rows; every block reads all heads' tables.
-                return data + mean + blocked(device, "gather_sum_heads", edges * heads,
-                                             width / heads, x.shape[0], self.block_edges,
-                                             blocks * (3 + 2 * heads))
+                return data + mean + blocked(device, self.columns("gather_sum_heads"),
+                                             edges * heads, width / heads, x.shape[0],
+                                             self.block_edges, blocks * (3 + 2 * heads))
             fill = passes(device, 0, out, calls=blocks * heads)
-            product = blocked(device, "spmm", edges * heads, width / heads,
+            product = blocked(device, self.columns("spmm"), edges * heads, width / heads,
                               x.shape[0] * heads, self.block_edges, blocks * heads)
             if heads > 1:          # the weights by head, and the heads back into rows:
                 moved = 8 * edges * heads + 2 * out             # two strided copies
