@@ -128,7 +128,9 @@ def main():
     parser.add_argument("--passes", type=int, default=2, help="passes over every "
                         "configuration, each after its own calibration: the best of each "
                         "figure is kept, so a busy moment of a shared machine costs one pass")
-    parser.add_argument("--profile", help="a profile to use instead of calibrating now")
+    parser.add_argument("--profile", nargs="+", help="profiles to use instead of calibrating "
+                        "now (with --load: instead of the runs' own; several: the best of "
+                        "each figure)")
     parser.add_argument("--save", metavar="FILE", help="write the measurements and the "
                         "passes' profiles to FILE (JSON)")
     parser.add_argument("--load", metavar="FILE", nargs="+", help="predict against the "
@@ -143,6 +145,8 @@ def main():
     if args.load:
         measured, per_op, profiles = load_runs(args.load)
         configurations = [c for c in configurations if c in measured]
+        if args.profile:
+            profiles = [simulate.Topology.load(path) for path in args.profile]
     else:
         measured, per_op, profiles = measure_all(args, configurations)
         if args.save:
@@ -182,7 +186,7 @@ def measure_all(args, configurations):
     measured, profiles, per_op = {}, [], {}
     for done in range(args.passes):
         if args.profile:
-            profiles = [simulate.Topology.load(args.profile)]
+            profiles = [simulate.Topology.load(path) for path in args.profile]
         else:
             start = time.perf_counter()
             topology, path, notes = simulate.calibrate()

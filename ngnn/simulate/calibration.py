@@ -67,18 +67,24 @@ def _best(run, repeats):
 
 
 def rmat_block(num_nodes, edges, seed, csr="in"):
-    """(indptr, cols) of the first vertices of an R-MAT graph's in-CSR (`csr="out"`: its
-    out-CSR) holding about `edges` edges: a block as a destination-parallel (a
-    source-parallel) fused group reads it, its columns spread over the whole table of
-    `num_nodes` rows."""
+    """(indptr, cols) of about `edges` edges of an R-MAT graph's in-CSR (`csr="out"`: its
+    out-CSR): the rows of vertices drawn at random, in order, so that the block has the
+    graph's degrees (as the blocks of a fused group together have; the first vertices
+    alone are R-MAT's hubs, few rows with many edges) and its columns spread over the
+    whole table of `num_nodes` rows."""
     from ..datasets import synthetic
     data = synthetic("rmat", num_nodes, 10.0, 1, 2, seed=seed)
     g = data.graph
     indptr, columns = (g.in_indptr, g.in_src) if csr == "in" else (g.out_indptr, g.out_dst)
-    last = int(np.searchsorted(indptr, min(edges, g.num_edges), side="right")) - 1
-    last = max(last, 1)
-    indptr = np.ascontiguousarray(indptr[:last + 1])
-    return indptr, np.ascontiguousarray(columns[:indptr[-1]])
+    degrees = np.diff(indptr)
+    order = np.random.default_rng(seed).permutation(len(degrees))
+    count = int(np.searchsorted(np.cumsum(degrees[order]), min(edges, g.num_edges))) + 1
+    chosen = np.sort(order[:count])
+    block_indptr = np.concatenate([[0], np.cumsum(degrees[chosen])]).astype(indptr.dtype)
+    total = int(block_indptr[-1])
+    positions = np.repeat(indptr[chosen] - block_indptr[:-1], degrees[chosen]) + \
+        np.arange(total)
+    return block_indptr, np.ascontiguousarray(columns[positions])
 
 
 def _view(buffer, shape):
