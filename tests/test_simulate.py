@@ -434,3 +434,18 @@ def test_a_dropout_keyed_by_ids_draws_their_span():
     assert keep_bits(device, keyed(np.arange(0, 10000, 10)), masks).seconds < first / 5
     assert keep_bits(device, keyed(np.arange(0, 10000, 10), seed=8), masks).seconds == \
         pytest.approx(first)
+
+
+def test_ranks_on_one_host_share_its_cache():
+    """Two ranks on a host read its curves as with half the cache each: a table of R rows
+    costs what 2 R rows cost alone; a product's curve (by its inner size) is unchanged."""
+    take = simulate.Curve([100, 1000], [1, 4], [[1.0, 2.0], [3.0, 6.0]])
+    device = simulate.Device(**DEVICE, cores=2, curves={"take": take, "matmul": take})
+    host = simulate.Topology([device], [simulate.Link(1e-5, 1e9)])
+    shared = host.shared_by(2).device()
+    assert shared.curves["take"](1, 100) == pytest.approx(take(1, 200))
+    assert shared.curves["matmul"](1, 100) == take(1, 100)
+    assert host.shared_by(8).device().curves["take"](4, 50) == pytest.approx(take(4, 100))
+    assert host.device().curves["take"] is take
+    gpus = simulate.Topology([simulate.Device(**DEVICE, curves={"take": take})])
+    assert gpus.shared_by(2).device().curves["take"] is take

@@ -66,6 +66,22 @@ class Curve:
         return {"rows": self.rows, "widths": self.widths, "seconds": self.seconds}
 
 
+class SharedCurve:
+    """A curve read as by a process that shares its last-level cache with `ways - 1`
+    others: a table of R rows costs what R * ways rows cost alone, as its share of the
+    cache is 1 / ways."""
+
+    def __init__(self, curve, ways):
+        self.curve, self.ways = curve, ways
+
+    def __call__(self, width, rows=None):
+        return self.curve(width, None if rows is None else rows * self.ways)
+
+
+# Curves whose rows axis is not a size in memory (a product's inner size).
+UNSHARED_CURVES = ("matmul", "matmul_t")
+
+
 def _interpolate(points, values, at):
     """Linear in log(at) between the measured points, the end value outside them."""
     if at <= points[0] or len(points) == 1:
@@ -127,6 +143,15 @@ class Device:
         self.curves = {name: c if isinstance(c, Curve) else _curve(c, f"{where}: curve "
                                                                       f"{name!r}")
                        for name, c in curves.items()}
+
+    def sharing(self, ways):
+        """This device as one of `ways` processes running on it at once see it: each
+        reads its calibrated curves with a `ways`-th of the cache (`SharedCurve`)."""
+        import copy
+        shared = copy.copy(self)
+        shared.curves = {name: c if ways <= 1 or name in UNSHARED_CURVES else
+                         SharedCurve(c, ways) for name, c in self.curves.items()}
+        return shared
 
     def to_dict(self):
         extra = {"cores": self.cores} if self.cores is not None else {}
@@ -196,6 +221,16 @@ class Topology:
     def device(self, rank=0):
         """The device rank `rank` runs on (ranks beyond the list reuse the last kind)."""
         return self.devices[min(rank, len(self.devices) - 1)]
+
+    def shared_by(self, ranks):
+        """This topology as `ranks` ranks use it: where they share a host (a device with
+        `cores`), as many as run at once share its cache (`Device.sharing`)."""
+        import copy
+        shared = copy.copy(self)
+        on_each = -(-ranks // len(self.devices))
+        shared.devices = [d.sharing(min(on_each, d.cores)) if d.cores else d
+                          for d in self.devices]
+        return shared
 
     def link(self, a=0, b=1):
         """The link between the devices of ranks a and b."""

@@ -47,8 +47,10 @@ def predict_training(make_trainer, data, topology, parts=1, policy="cvc", traine
     if trainers is None:
         trainers = build_trainers(make_trainer, data, parts, policy)
     built, partition = trainers
-    steps = [predict(t.train_step, topology, rank=r) for r, t in enumerate(built)]
-    evaluations = [predict(t.evaluate_logits, topology, rank=r) for r, t in enumerate(built)]
+    # Ranks on one host share its cache: each prices its tables with its share of it.
+    priced = topology.shared_by(parts) if parts > 1 else topology
+    steps = [predict(t.train_step, priced, rank=r) for r, t in enumerate(built)]
+    evaluations = [predict(t.evaluate_logits, priced, rank=r) for r, t in enumerate(built)]
     if parts == 1:
         step, evaluation = steps[0].step_time, evaluations[0].step_time
         split = (step, 0.0, 0.0)
