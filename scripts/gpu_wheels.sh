@@ -15,6 +15,7 @@ CUDA_ROOT=${CUDA_ROOT:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")
 [ -f "$CUDA_ROOT/include/cuda.h" ] || CUDA_ROOT=$(ls -d /usr/local/cuda-* | tail -1)
 grep -qx "/.whl/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo /.whl/ >> .git/info/exclude; }
 mkdir -p .whl
+rm -f .whl/*.whl          # one version of each package, or pip refuses the lot there
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 binary=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp
