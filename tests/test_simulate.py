@@ -437,14 +437,18 @@ def test_a_dropout_keyed_by_ids_draws_their_span():
 
 
 def test_ranks_on_one_host_share_its_cache():
-    """Two ranks on a host read its curves as with half the cache each: a table of R rows
-    costs what 2 R rows cost alone; a product's curve (by its inner size) is unchanged."""
+    """Two ranks on a host read tables at random as with half the cache each: a table of
+    R rows costs what 2 R rows cost alone; a product's curve (by its inner size) and an
+    element-wise function's are unchanged."""
     take = simulate.Curve([100, 1000], [1, 4], [[1.0, 2.0], [3.0, 6.0]])
-    device = simulate.Device(**DEVICE, cores=2, curves={"take": take, "matmul": take})
+    device = simulate.Device(**DEVICE, cores=2, curves={"take": take, "matmul": take,
+                                                        "out_spmm_blocked": take,
+                                                        "np.exp": take})
     host = simulate.Topology([device], [simulate.Link(1e-5, 1e9)])
     shared = host.shared_by(2).device()
     assert shared.curves["take"](1, 100) == pytest.approx(take(1, 200))
-    assert shared.curves["matmul"](1, 100) == take(1, 100)
+    assert shared.curves["out_spmm_blocked"](1, 100) == pytest.approx(take(1, 200))
+    assert shared.curves["matmul"](1, 100) == shared.curves["np.exp"](1, 100) == take(1, 100)
     assert host.shared_by(8).device().curves["take"](4, 50) == pytest.approx(take(4, 100))
     assert host.device().curves["take"] is take
     gpus = simulate.Topology([simulate.Device(**DEVICE, curves={"take": take})])

@@ -78,8 +78,16 @@ class SharedCurve:
         return self.curve(width, None if rows is None else rows * self.ways)
 
 
-# Curves whose rows axis is not a size in memory (a product's inner size).
-UNSHARED_CURVES = ("matmul", "matmul_t")
+# Curves of random reads from a table of `rows` rows, which the last-level cache serves
+# (with their "out_" and "_blocked" variants). Streaming reads and element-wise
+# functions (their cached point fits a core's own L2), products (by their inner size)
+# and dropout bits do not depend on a share of it.
+SHARED_CURVES = ("take", "spmm", "gather_sum_heads", "pick", "place")
+
+
+def reads_shared_cache(name):
+    base = name[len("out_"):] if name.startswith("out_") else name
+    return base.removesuffix("_blocked") in SHARED_CURVES
 
 
 def _interpolate(points, values, at):
@@ -146,11 +154,11 @@ class Device:
 
     def sharing(self, ways):
         """This device as one of `ways` processes running on it at once see it: each
-        reads its calibrated curves with a `ways`-th of the cache (`SharedCurve`)."""
+        reads its tables at random with a `ways`-th of the cache (`SharedCurve`)."""
         import copy
         shared = copy.copy(self)
-        shared.curves = {name: c if ways <= 1 or name in UNSHARED_CURVES else
-                         SharedCurve(c, ways) for name, c in self.curves.items()}
+        shared.curves = {name: SharedCurve(c, ways) if ways > 1 and reads_shared_cache(name)
+                         else c for name, c in self.curves.items()}
         return shared
 
     def to_dict(self):
