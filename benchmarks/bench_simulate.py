@@ -135,6 +135,10 @@ def main():
     parser.add_argument("--profile", nargs="+", help="profiles to use instead of calibrating "
                         "now (with --load: instead of the runs' own; several: the best of "
                         "each figure)")
+    parser.add_argument("--merge", choices=("best", "median"), default="best",
+                        help="how the calibrations make one profile: each figure the best "
+                        "of them (few calibrations) or their median (many: the best of many "
+                        "is the luckiest moment's)")
     parser.add_argument("--save", metavar="FILE", help="write the measurements and the "
                         "passes' profiles to FILE (JSON)")
     parser.add_argument("--load", metavar="FILE", nargs="+", help="predict against the "
@@ -155,7 +159,9 @@ def main():
         measured, per_op, profiles = measure_all(args, configurations)
         if args.save:
             save_run(args.save, measured, per_op, profiles)
-    predict_all(configurations, measured, per_op, profiles)
+    merge = simulate.calibration.median_of if args.merge == "median" else \
+        simulate.calibration.best_of
+    predict_all(configurations, measured, per_op, merge(*profiles))
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
@@ -228,8 +234,7 @@ def dataset_of(model, nodes, held):
     return held[model, nodes]
 
 
-def predict_all(configurations, measured, per_op, profiles):
-    topology = simulate.calibration.best_of(*profiles)
+def predict_all(configurations, measured, per_op, topology):
     rows, op_rows = [], []
     data = {}
     for model, nodes, parts, policy in configurations:

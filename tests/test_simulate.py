@@ -453,3 +453,16 @@ def test_ranks_on_one_host_share_its_cache():
     assert host.device().curves["take"] is take
     gpus = simulate.Topology([simulate.Device(**DEVICE, curves={"take": take})])
     assert gpus.shared_by(2).device().curves["take"] is take
+
+
+def test_the_median_of_many_calibrations_takes_each_middle_figure():
+    def profile(flops, seconds, contention):
+        device = simulate.Device(**{**DEVICE, "flops": flops},
+                                 curves={"take": simulate.Curve([1], [1, 4], [seconds])})
+        return simulate.Topology([device], [simulate.Link(1e-5, 1e9, contention=contention)])
+    typical = simulate.calibration.median_of(profile(1e10, [3.0, 1.0], 1.0),
+                                             profile(3e10, [2.0, 5.0], 1.2),
+                                             profile(2e10, [1.0, 2.0], 1.1))
+    assert typical.device().flops == 2e10
+    assert typical.device().curves["take"].seconds == [[2.0, 2.0]]
+    assert typical.link().contention == pytest.approx(1.1)

@@ -436,6 +436,39 @@ def blas_threads():
     return os.cpu_count() or 1
 
 
+def median_of(*topologies):
+    """One profile from many calibrations of the same machine: each figure (each point of
+    each curve) the median of theirs. Each calibration keeps the best of its rounds
+    already; over many, the best of all is the luckiest moment's, which the runs it
+    predicts rarely see."""
+    devices = [t.device().to_dict() for t in topologies]
+    merged = dict(devices[0])
+    for field, value in devices[0].items():
+        if field in ("name", "kind", "memory_bytes", "cores"):
+            continue
+        if field == "curves":
+            merged["curves"] = {}
+            for name, curve in value.items():
+                same = [d["curves"][name] for d in devices if name in d.get("curves", {})
+                        and d["curves"][name]["rows"] == curve["rows"]
+                        and d["curves"][name]["widths"] == curve["widths"]]
+                merged["curves"][name] = dict(curve, seconds=np.median(
+                    [c["seconds"] for c in same], axis=0).tolist())
+        else:
+            merged[field] = float(np.median([d[field] for d in devices if field in d]))
+    links = []
+    for i, link in enumerate(topologies[0].links):
+        mine = link.to_dict()
+        theirs = [t.links[i].to_dict() for t in topologies if len(t.links) > i]
+        for field, value in mine.items():
+            if field != "ends":
+                mine[field] = float(np.median([d[field] for d in theirs]))
+        links.append(mine)
+    first = topologies[0]
+    return Topology.from_dict({"name": first.name, "validated": first.validated,
+                               "devices": [merged], "links": links})
+
+
 def best_of(*topologies):
     """One profile from several calibrations of the same machine: each figure the best
     any of them measured (the fastest rate, the smallest cost per item or latency), as
