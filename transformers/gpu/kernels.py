@@ -386,5 +386,6 @@ class GPUKernelGenerator(TypeDispatched):
             fields[f"value_{phase}"] = f"(({t}){block.value(x, coords)})"
             fields[f"body_{phase}"] = block.text()
         local = pow2_at_most(fields["features"], FEATURE_THREADS)
+        params.note_dtype(np.float64)           # the denominator's accumulator
         return self.kernel(op, "edge_softmax.j2", fields, params,
                            (op.graph.num_nodes * local,), (local,))

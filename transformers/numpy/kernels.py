@@ -96,9 +96,11 @@ def edge_softmax(graph, x, at, out):
         peak[nonempty] = np.maximum.reduceat(x[eids], indptr[:-1][nonempty], axis=0)
     np.subtract(x, peak[ends], out=out)
     np.exp(out, out=out)
-    total = np.empty_like(peak)
+    # The denominator summed in float64 and rounded once, as WideAccumulation sums a
+    # distributed softmax's: the same whatever the order of the edges.
+    total = np.empty(peak.shape, np.float64)
     aggregate_sum(graph, out, at, total)
-    out /= total[ends]
+    out /= total[ends].astype(out.dtype)
     return out
 
 
@@ -310,8 +312,8 @@ def segment_softmax(values, seg):
     local = segment_ids(seg, 0)
     peak = segment_reduce(values, seg, "max", np.empty(shape, values.dtype))
     out = np.exp(values - peak[local])
-    total = segment_reduce(out, seg, "sum", np.empty(shape, values.dtype))
-    out /= total[local]
+    total = segment_reduce(out.astype(np.float64), seg, "sum", np.empty(shape, np.float64))
+    out /= total[local].astype(out.dtype)       # summed wide as edge_softmax's
     return out
 
 
