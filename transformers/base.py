@@ -430,11 +430,11 @@ class Transformer:
         rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
         if self.optimize and self.aggregate_transform_order:
             rewrites.append(AggregateTransformOrder())     # ends with a CSE of its own
-        # Numerics, not optimization: after the rewrites that reorder sums.
-        widen = [WideAccumulation()] if self.wide_accumulation else []
         # After every CSE, which would merge the copies again.
         recompute = [RecomputeDropout()] if self.recompute else []
-        return [OperationBatching()] + rewrites + widen + recompute + self.user_passes
+        # Numerics, not optimization: last, once every rewrite has found the ops it matches.
+        widen = [WideAccumulation()] if self.wide_accumulation else []
+        return [OperationBatching()] + rewrites + recompute + self.user_passes + widen
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""

@@ -12,9 +12,9 @@ across ranks: ngnn.distributed) or over row blocks equals the one-process comput
 
 The pass widens, for float32 results:
 
-* `Dot` (dense): rows of a float32 BLAS product change with the number of rows (its
-  blocking); rows of a float64 product rounded to float32 do not. Weight gradients X^T G
-  sum over vertices.
+* `Dot` (dense, over more than one term): rows of a float32 BLAS product change with
+  the number of rows (its blocking); rows of a float64 product rounded to float32 do not.
+  Weight gradients X^T G sum over vertices.
 * `SparseTransposedDot` (X^T D, the weight gradient of sparse features).
 * `Aggregate` sum and mean: the message is widened where it is made, so a gather reads
   a widened node tensor and an edge weight times it is an exact float64 product.
@@ -61,11 +61,12 @@ class WideAccumulation(GraphPass):
         """The float64 accumulation of `op`, rounded, or None."""
         if op.dtype != F32:
             return None
-        if type(op) is Dot and not any(a.is_sparse for a in op.args):
-            return self.round(Dot(wide(op.args[0]), wide(op.args[1])))
+        if type(op) is Dot and not any(a.is_sparse for a in op.args) and \
+                op.args[0].shape[-1] > 1:
+            return self.round(Dot(wide(op.args[0]), wide(op.args[1]), name=op.name))
         if isinstance(op, SparseTransposedDot):
             x, d = op.args
-            return self.round(SparseTransposedDot(x, wide(d)))
+            return self.round(SparseTransposedDot(x, wide(d), name=op.name))
         if isinstance(op, Aggregate) and op.reduce in ("sum", "mean"):
             return self.round(op.with_args([message(op.args[0])]))
         if type(op) is Sum and 0 in op.axes and op.args[0].shape[0] > 1:
@@ -90,6 +91,10 @@ class WideAccumulation(GraphPass):
 
 
 def wide(x):
+    """x in float64; a transposed value is cast before its transpose, so the cast keeps
+    the rows of the value it reads (chunked execution splits by them)."""
+    if isinstance(x, Transpose):
+        return x.with_args([Cast(x.args[0], F64)])
     return Cast(x, F64)
 
 
