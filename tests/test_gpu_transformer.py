@@ -192,7 +192,10 @@ def test_gradients_in_double_match_numpy(gpu):
 
 def test_gat_layer_launches_no_more_kernels_than_groups_plus_dense(gpu):
     from ngnn.nn import GATConv
-    g = ng.Graph.from_edges(rng.integers(0, 30, 200), rng.integers(0, 30, 200), num_nodes=32)
+    # Many edges per vertex, so that an edge-sized buffer would be the largest (node
+    # values accumulated in double take 8 bytes per element).
+    g = ng.Graph.from_edges(rng.integers(0, 30, 2000), rng.integers(0, 30, 2000),
+                            num_nodes=32)
     h = ng.placeholder((32, 6), name="h")
     out = GATConv(6, 3, num_heads=2)(g, h)
     hv = rng.standard_normal((32, 6)).astype(np.float32)
