@@ -3,10 +3,10 @@
 OpenBLAS starts as many threads as the machine has cores, in every process. Two ranks on
 two cores then run four BLAS threads that preempt each other (and the peer rank waiting
 in an exchange). Under mpiexec (MPICH's hydra says how many ranks share this host in
-MPI_LOCALNRANKS) each rank gets cores // local ranks threads, at least 1, unless the
-user set the variables. OpenBLAS reads them once, when NumPy loads it, so this runs
-when ngnn is imported, before NumPy is: `ngnn` on the command line, or a script that
-imports ngnn before NumPy (set OPENBLAS_NUM_THREADS yourself otherwise).
+MPI_LOCALNRANKS) each rank gets the cores it may run on divided by the local ranks, at
+least 1, unless the user set the variables. OpenBLAS reads them once, when NumPy loads
+it, so this runs when ngnn is imported, before NumPy is: `ngnn` on the command line, or
+a script that imports ngnn before NumPy (set OPENBLAS_NUM_THREADS yourself otherwise).
 """
 import os
 
@@ -22,7 +22,7 @@ def share_cores(environ=os.environ):
         return None
     if local <= 1:
         return None
-    threads = max(1, (os.cpu_count() or 1) // local)
+    threads = max(1, len(os.sched_getaffinity(0)) // local)
     for name in THREAD_VARIABLES:
         environ.setdefault(name, str(threads))
     return threads
