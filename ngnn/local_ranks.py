@@ -3,10 +3,11 @@
 OpenBLAS starts as many threads as the machine has cores, in every process. Two ranks on
 two cores then run four BLAS threads that preempt each other (and the peer rank waiting
 in an exchange). Under mpiexec (MPICH's hydra says how many ranks share this host in
-MPI_LOCALNRANKS, Open MPI in OMPI_COMM_WORLD_LOCAL_SIZE) each rank gets the cores it may run on divided by the local ranks, at
-least 1, unless the user set the variables. OpenBLAS reads them once, when NumPy loads
-it, so this runs when ngnn is imported, before NumPy is: `ngnn` on the command line, or
-a script that imports ngnn before NumPy (set OPENBLAS_NUM_THREADS yourself otherwise).
+MPI_LOCALNRANKS, Open MPI in OMPI_COMM_WORLD_LOCAL_SIZE) each rank gets the cores it may
+run on divided by the local ranks, at least 1, unless the user set the variables.
+OpenBLAS reads them once, when NumPy loads it, so this runs when ngnn is imported,
+before NumPy is: `ngnn` on the command line, or a script that imports ngnn before NumPy
+(set OPENBLAS_NUM_THREADS yourself otherwise).
 """
 import os
 
