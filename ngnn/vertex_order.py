@@ -56,27 +56,33 @@ def rcm_order(graph):
 
 
 def metis_order(graph, num_parts):
-    try:
-        import pymetis
-    except ImportError:
-        raise ValueError("reorder policy 'metis' needs the pymetis package: pip install "
-                         "pymetis (or ngnn's [mpi] extra); 'degree' and 'rcm' need only "
-                         "SciPy") from None
     n = graph.num_nodes
     if num_parts > max(n, 1):
         raise ValueError(f"reorder: {num_parts} METIS parts for {n} vertices; give "
                          "num_parts <= num_nodes")
-    if num_parts == 1 or n == 0:
-        part = np.zeros(n, dtype=np.int64)
-    else:
-        both = symmetrized(graph)
-        adjacency = pymetis.CSRAdjacency(both.indptr, both.indices)
-        _, membership = pymetis.part_graph(num_parts, adjacency,
-                                           options=pymetis.Options(seed=0))
-        part = np.asarray(membership, dtype=np.int64)
+    part = metis_parts(graph, num_parts, "reorder policy 'metis' needs the pymetis package: "
+                       "pip install pymetis (or ngnn's [mpi] extra); 'degree' and 'rcm' need "
+                       "only SciPy")
     degree = graph.in_degrees + graph.out_degrees
     # lexsort's last key is the primary one: by part, then by descending degree, then by id.
     return np.lexsort((-degree, part)).astype(np.int64)
+
+
+def metis_parts(graph, num_parts, missing_message, vertex_weights=None):
+    """Each vertex's METIS part (int64, seed 0) over the symmetrized graph; ValueError with
+    `missing_message` without pymetis."""
+    try:
+        import pymetis
+    except ImportError:
+        raise ValueError(missing_message) from None
+    if num_parts == 1 or graph.num_nodes == 0:
+        return np.zeros(graph.num_nodes, dtype=np.int64)
+    both = symmetrized(graph)
+    # xadj/adjncy: the form every pymetis release takes (CSRAdjacency came in 2025.2).
+    _, membership = pymetis.part_graph(num_parts, xadj=both.indptr, adjncy=both.indices,
+                                       vweights=vertex_weights,
+                                       options=pymetis.Options(seed=0))
+    return np.asarray(membership, dtype=np.int64)
 
 
 def symmetrized(graph):

@@ -1,5 +1,6 @@
 """The GPU runtime layer: the dialect prelude, Philox on host and device, the OpenCL runtime
 (PoCL on machines without a GPU), nvcc compiles of the CUDA renderings, the compile cache."""
+import gc
 import os
 import sys
 
@@ -435,3 +436,11 @@ def test_cuda_runtime_drives_pycuda(monkeypatch, tmp_path):
     assert fake.calls[-1] == ("free", other_address) and other.handle is None
     cuda.close()
     assert fake.calls[-1] == ("detach",)
+    cuda.close()
+    assert fake.calls.count(("detach",)) == 1
+    # A runtime never closed still leaves PyCUDA's context stack empty (else PyCUDA aborts
+    # the process at exit): collected here; the interpreter's exit does the same.
+    forgotten = CUDARuntime(cache=CompileCache(tmp_path))
+    del forgotten
+    gc.collect()
+    assert fake.calls.count(("detach",)) == 2

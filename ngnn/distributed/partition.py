@@ -31,6 +31,8 @@ import zipfile
 
 import numpy as np
 
+from ngnn.vertex_order import metis_parts
+
 POLICIES = ("oec", "iec", "cvc", "metis")
 FORMAT = "ngnn-partition"
 VERSION = 1
@@ -86,26 +88,10 @@ def grid_shape(num_parts):
 
 
 def metis_owner(g, num_parts):
-    try:
-        import pymetis
-    except ImportError:
-        raise ValueError("partition policy 'metis' needs the pymetis package: "
-                         "pip install pymetis (or ngnn's [mpi] extra)") from None
-    if num_parts == 1:
-        return np.zeros(g.num_nodes, np.int64)
-    import scipy.sparse as sp
-    n = g.num_nodes
-    keep = g.src != g.dst
-    both = sp.coo_matrix((np.ones(2 * int(keep.sum()), np.int8),
-                          (np.concatenate([g.src[keep], g.dst[keep]]),
-                           np.concatenate([g.dst[keep], g.src[keep]]))), shape=(n, n)).tocsr()
-    both.sum_duplicates()
-    options = pymetis.Options(seed=0)
-    adjacency = pymetis.CSRAdjacency(both.indptr, both.indices)
     # Weighted by 1 + in-degree: a master brings its in-edges, so parts balance edges too.
-    _, membership = pymetis.part_graph(num_parts, adjacency, vweights=1 + g.in_degrees,
-                                       options=options)
-    return np.asarray(membership, dtype=np.int64)
+    return metis_parts(g, num_parts, "partition policy 'metis' needs the pymetis package: "
+                       "pip install pymetis (or ngnn's [mpi] extra)",
+                       vertex_weights=1 + g.in_degrees)
 
 
 class Partition:

@@ -28,6 +28,17 @@ PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softma
 WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
+ROW_GROUP = 128
+
+
+def row_launch(rows, row_size):
+    """Global and local sizes of the templates that give each vertex (or sparse row) a row
+    of work-items across its features and loop over its edges: as many rows per
+    work-group as fill ROW_GROUP work-items, so narrow rows (one value per head, one
+    feature) still fill the GPU's warps; a row past `rows` returns at once."""
+    local = pow2_at_most(row_size, FEATURE_THREADS)
+    per_group = max(1, ROW_GROUP // local)
+    return (local, round_up(rows, per_group)), (local, per_group)
 
 
 def pow2_at_most(n, limit):
@@ -139,11 +150,11 @@ class GPUKernelGenerator(TypeDispatched):
         features = op.shape[1:]
         value = block.compute(op, ["eid"] + unravel("f", features))
         size = int(np.prod(features, dtype=np.int64))
-        local = pow2_at_most(size, FEATURE_THREADS)
         fields = {"indptr": indptr, "eids": eids, "features": size, "hoisted": hoisted.text(),
-                  "edge_compute": block.text(), "value": value}
+                  "edge_compute": block.text(), "value": value,
+                  "rows": group.graph.num_nodes}
         return self.kernel(op, "edge_map.j2", fields, params,
-                           (group.graph.num_nodes * local,), (local,))
+                           *row_launch(group.graph.num_nodes, size))
 
     def params(self):
         group = self.step if isinstance(self.step, KernelGroup) else None
@@ -327,11 +338,11 @@ class GPUKernelGenerator(TypeDispatched):
             value = block.declare(op.dtype, f"({t})({value} * {scale}) * ({t}){keep}")
         dense_value = block.value(dense, ["other", "j"])
         columns = op.shape[1]
-        local = pow2_at_most(columns, FEATURE_THREADS)
         fields = {"ptr": ptr, "idx": idx, "columns": columns, "acc_type": ctype(op.dtype),
-                  "body": block.text(), "value": value, "dense": dense_value}
-        return self.kernel(op, "sparse_dot.j2", fields, params, (op.shape[0] * local,),
-                           (local,))
+                  "body": block.text(), "value": value, "dense": dense_value,
+                  "rows": op.shape[0]}
+        return self.kernel(op, "sparse_dot.j2", fields, params,
+                           *row_launch(op.shape[0], columns))
 
     def vertex_loop(self, params, graph, at):
         """The CSR arrays, and the blocks before and inside a loop over a vertex's edges, of
@@ -363,12 +374,11 @@ class GPUKernelGenerator(TypeDispatched):
             init, combine = literal(0, op.dtype), f"acc + {value}"
         final = "acc / (end - start)" if op.reduce == "mean" else "acc"
         size = int(np.prod(features, dtype=np.int64))
-        local = pow2_at_most(size, FEATURE_THREADS)
         fields = {"indptr": indptr, "eids": eids, "features": size, "acc_type": acc,
                   "init": init, "hoisted": hoisted.text(), "edge_compute": block.text(),
-                  "agg_compute": combine, "agg_write": final}
+                  "agg_compute": combine, "agg_write": final, "rows": op.graph.num_nodes}
         return self.kernel(op, "aggregate.j2", fields, params,
-                           (op.graph.num_nodes * local,), (local,))
+                           *row_launch(op.graph.num_nodes, size))
 
     @generate.on_type(EdgeSoftmax)
     def generate(self, op):
@@ -380,12 +390,12 @@ class GPUKernelGenerator(TypeDispatched):
         t = ctype(op.dtype)
         fields = {"indptr": indptr, "eids": eids, "type": t,
                   "lowest": extreme(op.dtype, largest=False),
-                  "features": int(np.prod(features, dtype=np.int64))}
+                  "features": int(np.prod(features, dtype=np.int64)),
+                  "rows": op.graph.num_nodes}
         for phase in ("max", "sum", "out"):
             block = Block(params, indent="            ")
             fields[f"value_{phase}"] = f"(({t}){block.value(x, coords)})"
             fields[f"body_{phase}"] = block.text()
-        local = pow2_at_most(fields["features"], FEATURE_THREADS)
         params.note_dtype(np.float64)           # the denominator's accumulator
         return self.kernel(op, "edge_softmax.j2", fields, params,
-                           (op.graph.num_nodes * local,), (local,))
+                           *row_launch(op.graph.num_nodes, fields["features"]))

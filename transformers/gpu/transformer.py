@@ -18,11 +18,11 @@ from functools import lru_cache
 import numpy as np
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
-from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning
+from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning, SplitContractions
 
 from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
 from ..debug_nans import check_finite
-from .kernels import GPUKernelGenerator, HostStep
+from .kernels import GEMM_TILE, GPUKernelGenerator, HostStep
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 
 GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
@@ -297,6 +297,13 @@ class GPUTransformer(Transformer):
         # op's output.
         return self.fusion_passes(single_ops=True, vertex_gathers=True) + \
             [KernelPlanning(inline=self.fusion and not self.debug_nans), BufferSharing()]
+
+    def graph_passes(self):
+        # Long products are split for the device's work-groups, except where the user's ops
+        # are to be seen whole: debug_nans names them, and a chunked program splits its
+        # row reductions by blocks itself.
+        split = self.optimize and not self.debug_nans and self.memory_budget is None
+        return super().graph_passes() + ([SplitContractions(tile=GEMM_TILE)] if split else [])
 
     def inplace_ok(self, op):
         return False      # kernel arguments are declared restrict: never out and in at once

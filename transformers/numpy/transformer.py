@@ -6,6 +6,7 @@ one or a few NumPy/SciPy statements per op, each writing into its planned view w
 `out=`. So the memory plan is the memory really used.
 """
 import linecache
+import os
 import weakref
 
 import numpy as np
@@ -24,8 +25,23 @@ VIEW_OPS = (Reshape, Transpose, Broadcast, Slice)
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
     def allocate(self):
+        if self.nbytes > physical_memory_bytes():
+            raise MemoryError(f"{self.nbytes} bytes is more than this machine's memory")
         self.data = np.empty(max(self.nbytes, 1), dtype=np.uint8)
         return self.data
+
+
+def physical_memory_bytes():
+    """This machine's RAM, or its cgroup's limit when lower. Checked before allocating:
+    where the kernel overcommits, NumPy's allocation of more succeeds and the process is
+    killed later, when the pages are touched."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
 
 
 class NumPyDeviceTensor(DeviceTensor):

@@ -3,6 +3,8 @@
 PyCUDA is imported when the runtime is created, never at module import, so machines without it
 (or without a driver) can still import ngnn and use the OpenCL runtime.
 """
+import weakref
+
 from .base import (DeviceBuffer, Kernel, Runtime, check_copy, check_device_copy, check_launch,
                    numbered_source)
 from .cache import CompileCache
@@ -26,8 +28,11 @@ class CUDARuntime(Runtime):
         self.options = list(options)
         # make_context also makes the context current on this thread, where every call runs.
         self._device = device
-        self._context = device.make_context()
+        context = device.make_context()
         self._stream = drv.Stream()
+        # PyCUDA aborts the process at exit if a context is still on its stack: detach ours
+        # when this runtime is closed, collected or the interpreter exits, whichever is first.
+        self._release = weakref.finalize(self, release_context, context, self._stream)
         self.cache = cache if cache is not None else CompileCache()
 
     def alloc(self, nbytes):
@@ -105,8 +110,10 @@ class CUDARuntime(Runtime):
         self._stream.synchronize()
 
     def close(self):
-        if self._context is not None:
-            self._stream.synchronize()
-            # detach pops the context if it is current and destroys it once unreferenced.
-            self._context.detach()
-            self._context = None
+        self._release()
+
+
+def release_context(context, stream):
+    stream.synchronize()
+    # detach pops the context if it is current and destroys it once unreferenced.
+    context.detach()
