@@ -23,8 +23,9 @@ The pass widens, for float32 results:
 Edge softmax denominators are accumulated in float64 by the kernels themselves.
 
 Then the rounding moves past the ops that still add to the value, so they add in float64:
-communication (mirror reduction, all-reduce), the sum of two widened values (a weight
-read twice), a division by a constant (a distributed mean), and layout ops.
+communication (mirror reduction, all-reduce), sums of widened values (a weight read
+twice; the slices of a split product), a division by a constant (a distributed mean),
+and layout ops.
 """
 import numpy as np
 
@@ -45,9 +46,9 @@ class WideAccumulation(GraphPass):
             changed = False
             for op in ordered_ops(computation.results):
                 if op.forward is None:
-                    replacement = self.widened(op)
+                    replacement = self.pushed(op)
                     if replacement is None:
-                        replacement = self.pushed(op)
+                        replacement = self.widened(op)
                     if replacement is not None:
                         op.forward = replacement
                         changed = True
@@ -84,6 +85,8 @@ class WideAccumulation(GraphPass):
             return self.round(op.with_args([inner[0]]))
         if type(op) is Add and all(i is not None for i in inner):
             return self.round(Add(*inner))
+        if type(op) is Sum and inner[0] is not None:
+            return self.round(op.with_args([inner[0]]))
         if isinstance(op, Divide) and inner[0] is not None and isinstance(args[1], Constant) and \
                 args[1].dtype == F32:
             return self.round(op.with_args([inner[0], Constant(args[1].value, dtype=F64)]))
