@@ -44,6 +44,24 @@ def test_sparse_product_and_gradient_equal_the_dense_ones(transformer_factory, r
         np.testing.assert_allclose(gs, gd, rtol=1e-5, atol=1e-6)
 
 
+def test_each_call_sees_its_own_matrix(transformer_factory):
+    """New values on the same structure, a new structure (another nnz), then the first
+    matrix again: the GPU uploads only the values while the structure stays."""
+    w_value = weights()
+    xs = ng.placeholder((N, F), sparse=True, name="xs")
+    xd = ng.placeholder((N, F), name="xd")
+    t = transformer_factory()
+    sparse = t.computation(list(loss_and_grad(xs, w_value, 0.0)), xs)
+    dense = t.computation(list(loss_and_grad(xd, w_value, 0.0)), xd)
+    first = csr(4)
+    rescaled = first.copy()
+    rescaled.data *= 3.0
+    for value in (first, rescaled, csr(5, density=0.3), first):
+        (ls, gs), (ld, gd) = sparse(value), dense(value.toarray())
+        np.testing.assert_allclose(ls, ld, rtol=1e-5)
+        np.testing.assert_allclose(gs, gd, rtol=1e-5, atol=1e-6)
+
+
 def test_sparse_dropout_keeps_the_dense_values_bit_for_bit(transformer_factory):
     value = csr(2)
     identity = ng.constant(np.eye(F, dtype=np.float32))

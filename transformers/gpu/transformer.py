@@ -16,6 +16,7 @@ from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
+import scipy.sparse
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
 from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning, SplitContractions
@@ -167,7 +168,9 @@ def kernel_roots(step):
 class SparseInput:
     """The device arrays of a sparse placeholder's value, uploaded on each call: its CSR
     (indptr, indices, data) for X @ W, and its CSC (colptr, rowidx, plus perm, the CSR slot
-    of each CSC slot) for X^T @ D. Buffers grow when a call brings more stored values."""
+    of each CSC slot) for X^T @ D. A call whose matrix has the structure of the last one
+    (a Trainer feeds the same features every step) uploads only its values. Buffers grow
+    when a call brings more stored values."""
 
     PARTS = ("indptr", "indices", "data", "colptr", "rowidx", "perm")
 
@@ -175,15 +178,28 @@ class SparseInput:
         self.transformer = transformer
         self.placeholder = placeholder
         self.buffers = {}
+        self.structure = None       # (indptr, indices) of the last upload
+        transformer.sparse_inputs.append(self)
+
+    def free(self):
+        for buffer in self.buffers.values():
+            self.transformer.runtime.free(buffer)
+            self.transformer.count_allocation(-buffer.nbytes)
+        self.buffers, self.structure = {}, None
 
     def set(self, matrix):
-        num_rows, num_cols = matrix.shape
-        rows = np.repeat(np.arange(num_rows, dtype=np.int32), np.diff(matrix.indptr))
-        perm = np.lexsort((rows, matrix.indices)).astype(np.int32)
-        colptr = np.zeros(num_cols + 1, np.int32)
-        np.cumsum(np.bincount(matrix.indices, minlength=num_cols), out=colptr[1:])
-        arrays = {"indptr": matrix.indptr, "indices": matrix.indices, "data": matrix.data,
-                  "colptr": colptr, "rowidx": rows[perm], "perm": perm}
+        arrays = {"data": matrix.data}
+        if self.structure is None or not all(
+                np.array_equal(a, b) for a, b in zip(self.structure, (matrix.indptr,
+                                                                      matrix.indices))):
+            # SciPy's CSR to CSC conversion, on the CSR slot numbers, is the stable O(nnz)
+            # column sort: its values are perm, its row indices rowidx.
+            slots = scipy.sparse.csr_matrix(
+                (np.arange(matrix.nnz, dtype=np.int32), matrix.indices, matrix.indptr),
+                shape=matrix.shape).tocsc()
+            arrays.update(indptr=matrix.indptr, indices=matrix.indices, colptr=slots.indptr,
+                          rowidx=slots.indices, perm=slots.data)
+            self.structure = (matrix.indptr.copy(), matrix.indices.copy())
         runtime = self.transformer.runtime
         for part, array in arrays.items():
             array = np.ascontiguousarray(array, dtype=self.placeholder.dtype
@@ -286,6 +302,7 @@ class GPUTransformer(Transformer):
         self.constant_tensors = {}
         self.graph_tensors = {}
         self.storages = []       # every allocation, freed by close()
+        self.sparse_inputs = []  # their buffers too
         self.uploaded_versions = {}     # (GraphSlot, attribute) -> version on the device
 
     def is_view(self, op):
@@ -375,7 +392,9 @@ class GPUTransformer(Transformer):
         if not self.closed:
             for storage in self.storages:
                 self.runtime.free(storage.buffer)
-            self.storages = []
+            for sparse in self.sparse_inputs:
+                sparse.free()
+            self.storages, self.sparse_inputs = [], []
             self.variable_tensors, self.constant_tensors, self.graph_tensors = {}, {}, {}
             for comp in self.computations:
                 comp.executor = None
