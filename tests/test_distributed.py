@@ -280,3 +280,17 @@ def test_cora_sage_three_ranks_fifty_epochs_equal_one_process(tmp_path):
         assert sorted(w1.files) == sorted(w2.files)
         for name in w1.files:
             np.testing.assert_array_equal(w1[name], w2[name], err_msg=name)
+
+
+def test_ranks_on_one_host_share_its_cores():
+    """Under mpiexec each rank's BLAS gets its share of the cores (ngnn/local_ranks.py);
+    a variable the user set stays, and one rank per host changes nothing."""
+    from ngnn.local_ranks import share_cores
+    cores = len(os.sched_getaffinity(0))
+    environ = {"MPI_LOCALNRANKS": "2", "OMP_NUM_THREADS": "3"}
+    assert share_cores(environ) == max(1, cores // 2)
+    assert environ["OPENBLAS_NUM_THREADS"] == str(max(1, cores // 2))
+    assert environ["OMP_NUM_THREADS"] == "3"
+    environ = {"OMPI_COMM_WORLD_LOCAL_SIZE": str(4 * cores)}
+    assert share_cores(environ) == 1 and environ["MKL_NUM_THREADS"] == "1"
+    assert share_cores({}) is None and share_cores({"MPI_LOCALNRANKS": "1"}) is None
