@@ -134,7 +134,7 @@ def test_an_intermediate_larger_than_one_allocation(small_device):
     b = ng.placeholder((1, 300), name="b")
     comp = small_device.computation(ng.sum(ng.exp(ng.dot(a, b))), a, b)
     with pytest.raises(MemoryError, match=r"the intermediate buffer of <Dot \[300, 300\] "
-                                          r"float32>.* needs 360000 bytes"):
+                                          r"float32> needs 360000 bytes"):
         comp(np.zeros((300, 1), np.float32), np.zeros((1, 300), np.float32))
 
 

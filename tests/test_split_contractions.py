@@ -28,8 +28,7 @@ def test_results_are_preserved(transformer_factory, rows):
         outputs.append(comp(xv, dv))
         if split:
             # 5 output tiles of 4 x 4: 4 slices fill the 16 work-groups asked for.
-            # (in float64: WideAccumulation widens the slices' products and their sum)
-            assert ("Float64[4,20,3] = dot(" in comp.ir) == (rows >= 128), comp.ir
+            assert ("Float32[4,20,3] = dot(" in comp.ir) == (rows >= 128), comp.ir
     for ours, plain in zip(*outputs):
         np.testing.assert_allclose(ours, plain, rtol=2e-5, atol=2e-5)
 
@@ -46,7 +45,7 @@ def test_only_long_products_with_few_output_tiles_are_split():
         forward.plan()
     # 4 output tiles over 4096 rows: 16 slices of 256 rows (the most min_slice allows),
     # each slice of X^T a reshape of X's transpose, not a copy.
-    assert "Float64[16,64,16] = dot(" in gradient.ir
+    assert "Float32[16,64,16] = dot(" in gradient.ir
     assert "slice(" not in gradient.ir
     assert forward.ir.count("dot(") == 1 and "sum(" not in forward.ir
 

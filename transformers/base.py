@@ -375,9 +375,10 @@ class Transformer:
     more device memory chunk by chunk within that many bytes (docs/out_of_core.md),
     chunks=P runs every computation with graph ops over a P x P chunk grid, and
     selective_scheduling=False makes edge chunks always load whole vertex blocks;
-    wide_accumulation=False adds float32 sums (aggregations, matrix products, sums over
-    rows) in float32 instead of float64 (ngnn.passes.WideAccumulation), faster but
-    dependent on summation order (docs/distributed.md, "What is exact"). A
+    wide_accumulation=True adds float32 sums (aggregations, matrix products, sums over
+    rows) in float64 and rounds them once (ngnn.passes.WideAccumulation), so they do not
+    depend on summation order: K MPI ranks then equal one process bit for bit (`ngnn
+    train` turns it on; docs/distributed.md, "What is exact"). A
     transformer kind names its own further options in
     `extra_options`; any other name is an error that suggests the closest valid one."""
 
@@ -388,7 +389,7 @@ class Transformer:
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
                  max_recompute=16, check_finite=True, debug_nans=False,
                  aggregate_transform_order=True, memory_budget=None, chunks=None,
-                 selective_scheduling=True, wide_accumulation=True, **options):
+                 selective_scheduling=True, wide_accumulation=False, **options):
         valid = BASE_OPTIONS + tuple(self.extra_options)
         for key in options:
             if key not in valid:
