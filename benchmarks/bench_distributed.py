@@ -18,11 +18,13 @@ floor under any 2-rank figure.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
+# ngnn before NumPy: under mpiexec, importing it gives each rank its share of the cores'
+# BLAS threads, which OpenBLAS reads once, when NumPy loads it (ngnn/local_ranks.py).
+from ngnn.distributed.launch import find_mpiexec  # noqa: I001
 import numpy as np
 
 FEATURES, CLASSES, DEGREE = 64, 8, 10
@@ -129,12 +131,6 @@ def pyg_epoch(name, nodes, epochs):
     return float(np.median(times[1:]))
 
 
-def mpiexec():
-    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
-        found = shutil.which("mpiexec", path=folder)
-        if found:
-            return found
-    return shutil.which("mpiexec")
 
 
 def run(ranks, model, policy, args, copies=1):
@@ -144,7 +140,7 @@ def run(ranks, model, policy, args, copies=1):
                "--policy", policy, "--nodes", str(args.nodes), "--epochs", str(args.epochs)] + \
         (["--float32-sums"] if args.float32_sums else [])
     if policy != "single":
-        command = [mpiexec(), "-n", str(ranks)] + command
+        command = [find_mpiexec(), "-n", str(ranks)] + command
     running = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True) for _ in range(copies)]
     reports = []

@@ -14,24 +14,20 @@ import tempfile
 
 import numpy as np
 
+from ngnn.distributed.launch import find_mpiexec
+
 
 def ngnn_command():
     return [sys.executable, "-m", "ngnn.cli"]
 
 
-def mpiexec():
-    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
-        path = shutil.which("mpiexec", path=folder)
-        if path:
-            return path
-    return shutil.which("mpiexec")
 
 
 def train(args, folder, out, ranks=None, policy=None, model="gcn"):
     command = ngnn_command() + ["train", "--model", model, "--dataset", args.dataset,
                                 "--epochs", str(args.epochs), "--save", out, "--no-progress"]
     if ranks:
-        command = [mpiexec(), "-n", str(ranks)] + command + ["--partition", policy]
+        command = [find_mpiexec(), "-n", str(ranks)] + command + ["--partition", policy]
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")

@@ -2,7 +2,6 @@
 `mpi` extra) equal to one process."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import pytest
 
 import ngnn as ng
 from ngnn import datasets, distributed as dist
+from ngnn.distributed.launch import find_mpiexec
 from ngnn.distributed.partition import POLICIES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -19,12 +19,7 @@ DRIVER = os.path.join(HERE, "distributed_driver.py")
 
 
 def mpiexec():
-    """The mpiexec installed beside this Python (pip's mpich), else the one on PATH."""
-    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
-        path = shutil.which("mpiexec", path=folder)
-        if path:
-            return path
-    path = shutil.which("mpiexec")
+    path = find_mpiexec()
     assert path, "mpiexec not found: install the mpi extra (pip install -e '.[mpi]')"
     return path
 
