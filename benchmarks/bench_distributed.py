@@ -10,18 +10,21 @@ dropout on, Adam). An epoch is one training step plus one evaluation pass, as `n
 train` reports it; the table gives the median over the timed epochs of the slowest rank,
 in wall-clock time and in CPU time (what the rank computed, whatever else ran on the
 machine), the communication seconds of the slowest rank, and the bytes all ranks sent per
-epoch. The row "2 x 1 process" runs two single processes at once: how much two processes
+epoch. `--float32-sums` turns float64 accumulation off (ngnn.passes.WideAccumulation), to
+see what exactness costs. The row "2 x 1 process" runs two single processes at once: how much two processes
 slow each other down on this machine at that moment (shared cores, one memory bus), the
 floor under any 2-rank figure.
 """
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
+# ngnn before NumPy: under mpiexec, importing it gives each rank its share of the cores'
+# BLAS threads, which OpenBLAS reads once, when NumPy loads it (ngnn/local_ranks.py).
+from ngnn.distributed.launch import find_mpiexec  # noqa: I001
 import numpy as np
 
 FEATURES, CLASSES, DEGREE = 64, 8, 10
@@ -57,10 +60,12 @@ def worker(args):
     """One configuration; prints a JSON line (rank 0)."""
     from ngnn import distributed as dist
     from ngnn.train import Trainer
+    from ngnn import transformers as ngt
     data = dataset(args.nodes)
     model, optimizer = model_for(args.model, data)
+    transformer = ngt.make_transformer("numpy", wide_accumulation=not args.float32_sums)
     if args.policy == "single":
-        trainer = Trainer(model, data, optimizer, seed=0)
+        trainer = Trainer(model, data, optimizer, seed=0, transformer=transformer)
         times, cpu = epochs_timed(trainer, args.epochs)
         print(json.dumps({"epoch": float(np.median(times)), "cpu": float(np.median(cpu))}),
               flush=True)
@@ -70,7 +75,7 @@ def worker(args):
     parts = dist.partition(data.graph, comm.Get_size(), args.policy)
     partition_seconds = time.perf_counter() - start
     trainer = dist.DistributedTrainer(model, data, parts.part(comm.Get_rank()), optimizer,
-                                      seed=0)
+                                      seed=0, transformer=transformer)
     trainer.step()
     trainer.epoch_metrics()
     before = trainer.communication()
@@ -126,21 +131,16 @@ def pyg_epoch(name, nodes, epochs):
     return float(np.median(times[1:]))
 
 
-def mpiexec():
-    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
-        found = shutil.which("mpiexec", path=folder)
-        if found:
-            return found
-    return shutil.which("mpiexec")
 
 
 def run(ranks, model, policy, args, copies=1):
     """The worker's report; with `copies`, that many single processes at once (the
     slowest one's report)."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
-               "--policy", policy, "--nodes", str(args.nodes), "--epochs", str(args.epochs)]
+               "--policy", policy, "--nodes", str(args.nodes), "--epochs", str(args.epochs)] + \
+        (["--float32-sums"] if args.float32_sums else [])
     if policy != "single":
-        command = [mpiexec(), "-n", str(ranks)] + command
+        command = [find_mpiexec(), "-n", str(ranks)] + command
     running = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True) for _ in range(copies)]
     reports = []
@@ -159,6 +159,9 @@ def main():
     parser.add_argument("--policies", default="oec,iec,cvc,metis")
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--epochs", type=int, default=4, help="timed epochs per run")
+    parser.add_argument("--float32-sums", action="store_true",
+                        help="sums in float32 (wide_accumulation=False): faster, but K ranks "
+                             "then differ from one process in the last bits")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)

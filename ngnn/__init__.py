@@ -4,6 +4,10 @@
     x = ng.placeholder((4, 3), name="x")
     y = ng.relu(ng.dot(x, w))
 """
+from .local_ranks import share_cores
+
+share_cores()                 # before NumPy loads its BLAS (ngnn/local_ranks.py)
+
 from .op_graph import Op, ShapeError
 from .op_graph.op import constant, placeholder, variable
 from .ops import (abs, aggregate, assign, cast, concat, cross_entropy, dot, dropout,  # noqa: A004

@@ -65,10 +65,14 @@ def make_trainer(args, data, seed, transformer=None, comm=None):
     from ngnn import optim
     from ngnn.train import Trainer
     from ngnn import transformers as ngt
-    options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
-               if getattr(args, key, None)}
-    if transformer is None and options:
-        transformer = ngt.make_transformer(args.backend, **options)
+    if transformer is None:
+        options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
+                   if getattr(args, key, None)}
+        # The command line trains reproducibly: sums accumulate in float64, so K ranks give
+        # one process's weights bit for bit (docs/distributed.md, "What is exact").
+        transformer = ngt.make_transformer(
+            args.backend, wide_accumulation=not getattr(args, "float32_sums", False),
+            **options)
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
     optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     if getattr(args, "part", None) is not None:
@@ -540,6 +544,10 @@ def make_parser():
                        "that needs more runs chunk by chunk (docs/out_of_core.md)")
     train.add_argument("--plot", metavar="FILE",
                        help="draw loss and train/val accuracy per epoch (.png, .svg, .pdf)")
+    train.add_argument("--float32-sums", action="store_true",
+                       help="add sums in float32 (faster; results then depend on "
+                       "summation order, so K ranks differ from one process in the last "
+                       "bits); by default they accumulate in float64")
     minibatch = train.add_argument_group("minibatches (ngnn.sampling)")
     minibatch.add_argument("--batch-size", type=integer(1),
                            help="train from sampled minibatches of this many seeds")

@@ -19,6 +19,7 @@ import sys
 import numpy as np
 
 from ngnn import datasets, distributed as dist, nn, optim
+from ngnn import transformers as ngt
 from ngnn.train import Trainer
 
 GRAPH = dict(kind="sbm", num_nodes=300, avg_degree=6, num_features=24, num_classes=4, seed=1)
@@ -41,6 +42,11 @@ def relative_difference(a, b, prefix=""):
                for k in a if k.startswith(prefix))
 
 
+def exact(backend):
+    """A transformer whose sums do not depend on their order (what `ngnn train` uses)."""
+    return ngt.make_transformer(backend, wide_accumulation=True)
+
+
 def equal(models, policies, epochs, backend="numpy"):
     comm = dist.world()
     data = datasets.synthetic(**GRAPH)
@@ -49,7 +55,7 @@ def equal(models, policies, epochs, backend="numpy"):
         reference = None
         if comm.Get_rank() == 0:
             model, optimizer = build(name, data)
-            single = Trainer(model, data, optimizer, seed=5, backend=backend)
+            single = Trainer(model, data, optimizer, seed=5, transformer=exact(backend))
             single.fit(epochs, progress=False)
             reference = (single.state(), single.history[-1]["loss"], single.evaluate())
             single.transformer.close()
@@ -57,7 +63,7 @@ def equal(models, policies, epochs, backend="numpy"):
             part = dist.launch.local_part(data, policy)
             model, optimizer = build(name, data)
             trainer = dist.DistributedTrainer(model, data, part, optimizer, seed=5,
-                                              backend=backend)
+                                              transformer=exact(backend))
             trainer.fit(epochs, progress=False)
             state, accuracy = trainer.state(), trainer.evaluate()
             trainer.transformer.close()
@@ -72,7 +78,6 @@ def equal(models, policies, epochs, backend="numpy"):
 
 def communication_ops(backend):
     import ngnn as ng
-    from ngnn import transformers as ngt
     from ngnn.op_graph import MasterBroadcast, MirrorReduce
     from ngnn.transformers.numpy import kernels
     comm = dist.world()
@@ -125,7 +130,7 @@ def bytes_per_epoch():
     parts = dist.partition(data.graph, dist.world().Get_size(), "cvc")
     model, optimizer = build("gcn", data)
     trainer = dist.DistributedTrainer(model, data, parts.part(dist.world().Get_rank()),
-                                      optimizer, seed=0)
+                                      optimizer, seed=0, transformer=exact("numpy"))
     trainer.fit(2, progress=False)
     sent, _ = trainer.communication()
     return {"sync": sent["sync"] / 2, "allreduce": sent["allreduce"] / 2,

@@ -334,7 +334,7 @@ def check_argument(placeholder, value, check_finite):
 
 BASE_OPTIONS = ("passes", "optimize", "fusion", "recompute", "max_recompute", "check_finite",
                 "debug_nans", "aggregate_transform_order", "memory_budget", "chunks",
-                "selective_scheduling")
+                "selective_scheduling", "wide_accumulation")
 
 
 def unknown_option_error(what, name, valid):
@@ -374,7 +374,11 @@ class Transformer:
     order the model wrote them; memory_budget=BYTES runs a computation whose plan needs
     more device memory chunk by chunk within that many bytes (docs/out_of_core.md),
     chunks=P runs every computation with graph ops over a P x P chunk grid, and
-    selective_scheduling=False makes edge chunks always load whole vertex blocks. A
+    selective_scheduling=False makes edge chunks always load whole vertex blocks;
+    wide_accumulation=True adds float32 sums (aggregations, matrix products, sums over
+    rows) in float64 and rounds them once (ngnn.passes.WideAccumulation), so they do not
+    depend on summation order: K MPI ranks then equal one process bit for bit (`ngnn
+    train` turns it on; docs/distributed.md, "What is exact"). A
     transformer kind names its own further options in
     `extra_options`; any other name is an error that suggests the closest valid one."""
 
@@ -385,7 +389,7 @@ class Transformer:
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
                  max_recompute=16, check_finite=True, debug_nans=False,
                  aggregate_transform_order=True, memory_budget=None, chunks=None,
-                 selective_scheduling=True, **options):
+                 selective_scheduling=True, wide_accumulation=False, **options):
         valid = BASE_OPTIONS + tuple(self.extra_options)
         for key in options:
             if key not in valid:
@@ -410,6 +414,7 @@ class Transformer:
         self.max_recompute = max_recompute
         self.check_finite = check_finite
         self.aggregate_transform_order = aggregate_transform_order
+        self.wide_accumulation = bool(wide_accumulation)
         self.options = options
         self.computations = []
         self.variable_tensors = {}     # Variable -> DeviceTensor
@@ -420,7 +425,7 @@ class Transformer:
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
         from ngnn.passes import (AggregateTransformOrder, CSE, OperationBatching,
-                                 RecomputeDropout, SimplePrune)
+                                 RecomputeDropout, SimplePrune, WideAccumulation)
         from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it.
         rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
@@ -428,7 +433,9 @@ class Transformer:
             rewrites.append(AggregateTransformOrder())     # ends with a CSE of its own
         # After every CSE, which would merge the copies again.
         recompute = [RecomputeDropout()] if self.recompute else []
-        return [OperationBatching()] + rewrites + recompute + self.user_passes
+        # Numerics, not optimization: last, once every rewrite has found the ops it matches.
+        widen = [WideAccumulation()] if self.wide_accumulation else []
+        return [OperationBatching()] + rewrites + recompute + self.user_passes + widen
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""

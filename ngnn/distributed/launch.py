@@ -5,6 +5,7 @@ would leave the others waiting forever. `run_on_ranks` prints the failing rank's
 and calls MPI_Abort, which makes mpiexec end every rank at once.
 """
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -13,6 +14,16 @@ from .exchange import world
 from .partition import load_partition, partition
 
 EXPECTED = (ValueError, RuntimeError, OSError, MemoryError)
+
+
+def find_mpiexec():
+    """The mpiexec installed beside this Python (pip's mpich), else the one on PATH; None
+    when there is neither."""
+    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
+        path = shutil.which("mpiexec", path=folder)
+        if path:
+            return path
+    return shutil.which("mpiexec")
 
 
 def run_on_ranks(command, func):

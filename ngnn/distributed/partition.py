@@ -4,9 +4,11 @@ Every vertex has one master, on the part (rank) `owner[v]`; every edge lives on 
 `edge_part[e]`. A part keeps the masters it owns plus a mirror of every other vertex its
 edges touch. Policies:
 
-* ``oec`` (outgoing edge cut): masters in contiguous id ranges balanced by 1 + out-degree;
-  an edge lives with its source's master.
-* ``iec`` (incoming edge cut): ranges balanced by 1 + in-degree; an edge lives with its
+* ``oec`` (outgoing edge cut): masters in contiguous id ranges balanced by the average
+  degree + out-degree (a rank's dense work goes with its vertices, its edge work with
+  its edges: each counts about half); an edge lives with its source's master.
+* ``iec`` (incoming edge cut): ranges balanced by the average degree + in-degree; an
+  edge lives with its
   destination's master. Only sources are mirrored, and a mirror has no in-edges, so
   aggregations at destinations are complete on the master's part: their mirror reduction
   sends nothing.
@@ -48,11 +50,12 @@ def partition(g, num_parts, policy="cvc"):
     if num_parts > max(g.num_nodes, 1):
         raise ValueError(f"partition: {num_parts} parts for {g.num_nodes} vertices leaves "
                          "a part without masters")
+    average = g.num_edges / max(g.num_nodes, 1)
     if policy == "oec":
-        owner = balanced_ranges(1 + g.out_degrees, num_parts)
+        owner = balanced_ranges(average + g.out_degrees, num_parts)
         edge_part = owner[g.src]
     elif policy == "iec":
-        owner = balanced_ranges(1 + g.in_degrees, num_parts)
+        owner = balanced_ranges(average + g.in_degrees, num_parts)
         edge_part = owner[g.dst]
     elif policy == "cvc":
         order = np.random.default_rng(CVC_ORDER_SEED).permutation(g.num_nodes)

@@ -10,7 +10,9 @@ from .operation_batching import OperationBatching
 from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 from .split_contractions import SplitContractions
+from .wide_accumulation import WideAccumulation
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
-           "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan"]
+           "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
+           "WideAccumulation"]

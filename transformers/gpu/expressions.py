@@ -421,13 +421,14 @@ class Block:
             outer.cache[key] = stats
         x = yield self.value_steps(op.args[0], coords)
         t = ctype(op.dtype)
-        return self.declare(op.dtype, f"exp(({t}){x} - {stats[0]}) / {stats[1]}")
+        return self.declare(op.dtype, f"exp(({t}){x} - {stats[0]}) / ({t}){stats[1]}")
 
     def softmax_statistics_steps(self, op, vertex, rest):
         t = ctype(op.dtype)
         peak, total = self.params.fresh("peak"), self.params.fresh("total")
         self.emit(f"{t} {peak} = {extreme(op.dtype, largest=False)};")
-        self.emit(f"{t} {total} = 0;")
+        self.params.note_dtype(np.float64)      # the denominator, summed wide
+        self.emit(f"double {total} = 0;")
         for update in (f"{peak} = {{x}} > {peak} ? {{x}} : {peak};",
                        f"{total} += exp({{x}} - {peak});"):
             body, eid, _, close = self.edge_loop(op.graph, op.at, vertex)

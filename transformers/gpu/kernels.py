@@ -396,5 +396,6 @@ class GPUKernelGenerator(TypeDispatched):
             block = Block(params, indent="            ")
             fields[f"value_{phase}"] = f"(({t}){block.value(x, coords)})"
             fields[f"body_{phase}"] = block.text()
+        params.note_dtype(np.float64)           # the denominator's accumulator
         return self.kernel(op, "edge_softmax.j2", fields, params,
                            *row_launch(op.graph.num_nodes, fields["features"]))

@@ -96,9 +96,11 @@ def edge_softmax(graph, x, at, out):
         peak[nonempty] = np.maximum.reduceat(x[eids], indptr[:-1][nonempty], axis=0)
     np.subtract(x, peak[ends], out=out)
     np.exp(out, out=out)
-    total = np.empty_like(peak)
+    # The denominator summed in float64 and rounded once, as WideAccumulation sums a
+    # distributed softmax's: the same whatever the order of the edges.
+    total = np.empty(peak.shape, np.float64)
     aggregate_sum(graph, out, at, total)
-    out /= total[ends]
+    out /= total[ends].astype(out.dtype)
     return out
 
 
@@ -134,14 +136,27 @@ def dropout_rows(x, seed, step, rate, rows, out):
 
 
 SPARSE_ROWS = 4       # rows at most a quarter of their span: draw the span once, keep it
-SPAN_MASKS = 4        # the masks kept (the latest calls' edge dropouts)
+RECENT_MASKS = 4      # the masks kept (the latest calls' scattered-row dropouts)
 _span_masks = OrderedDict()       # (seed, call number, rate, row width) -> keep bits
+_row_masks = OrderedDict()        # (seed, call number, rate, row width) -> (rows, keep bits)
+
+
+def _remember(cache, key, value):
+    cache[key] = value
+    while len(cache) > RECENT_MASKS:
+        cache.popitem(last=False)
+    return value
 
 
 def dropout_keep_rows(seed, step, rate, shape, rows):
     """The keep bits of a dropout whose row i takes the row-major positions of row
     rows[i]: drawn at C speed (NumPy's Philox) over the span of the ids, one chunk of
-    rows at a time, keeping the rows asked for. Costs at most a whole tensor's draw."""
+    rows at a time, keeping the rows asked for. Costs at most a whole tensor's draw.
+
+    Scattered rows (a rank's masters under cvc or metis) cost the draw of their whole
+    span, so the bits of the latest calls are kept (one byte per element, a quarter of
+    the float32 tensor): the backward pass's dropout and every fused group that applies
+    the same mask in the same step read them instead of drawing the span again."""
     width = int(np.prod(shape[1:], dtype=np.int64))
     keep = np.empty((len(rows), width), np.bool_)
     if keep.size == 0:
@@ -151,18 +166,19 @@ def dropout_keep_rows(seed, step, rate, shape, rows):
         # Consecutive ids (a block of rows): the mask of positions first * width on.
         return philox.keep_bits(seed, step, rate, keep.reshape(-1), start=first * width) \
             .reshape(shape)
+    key = (seed, step, rate, width)
     span = int(rows.max()) + 1
     if len(rows) * SPARSE_ROWS < span:
         # Few rows scattered over many (an edge piece of a chunked run, whose every stage
         # draws the same mask): the mask of rows [0, span) is drawn once per call number.
-        key = (seed, step, rate, width)
         mask = _span_masks.get(key)
         if mask is None or mask.shape[0] < span:
-            mask = philox.keep_bits(seed, step, rate, np.empty((span, width), np.bool_))
-            _span_masks[key] = mask
-            while len(_span_masks) > SPAN_MASKS:
-                _span_masks.popitem(last=False)
+            mask = _remember(_span_masks, key, philox.keep_bits(
+                seed, step, rate, np.empty((span, width), np.bool_)))
         return mask[rows].reshape(shape)
+    kept = _row_masks.get(key)
+    if kept is not None and kept[0] is rows:
+        return kept[1].reshape(shape)
     order = np.argsort(rows, kind="stable")
     ids = np.asarray(rows, dtype=np.int64)[order]
     threshold = np.uint32(philox.keep_threshold(rate))
@@ -177,6 +193,8 @@ def dropout_keep_rows(seed, step, rate, shape, rows):
         keep[order[done:stop]] = words.reshape(high - low, width)[ids[done:stop] - low] >= \
             threshold
         done = stop
+    keep.flags.writeable = False
+    _remember(_row_masks, key, (rows, keep))
     return keep.reshape(shape)
 
 
@@ -310,8 +328,8 @@ def segment_softmax(values, seg):
     local = segment_ids(seg, 0)
     peak = segment_reduce(values, seg, "max", np.empty(shape, values.dtype))
     out = np.exp(values - peak[local])
-    total = segment_reduce(out, seg, "sum", np.empty(shape, values.dtype))
-    out /= total[local]
+    total = segment_reduce(out.astype(np.float64), seg, "sum", np.empty(shape, np.float64))
+    out /= total[local].astype(out.dtype)       # summed wide as edge_softmax's
     return out
 
 
