@@ -412,9 +412,9 @@ def test_exchanges_are_priced_by_the_rows_they_move():
 
 def test_a_dropout_keyed_by_ids_draws_their_span():
     """kernels.dropout_rows draws the mask over the span of the ids (a rank's global ids):
-    ids spread over twice their count cost more than consecutive ones; ids spread over
-    more than SPARSE_ROWS times their count draw the span once per call, so the backward
-    dropout of the same mask only picks its rows."""
+    ids spread over twice their count cost more than consecutive ones; the kernels keep a
+    scattered mask for the step, so the backward dropout of the same mask only picks its
+    rows (ids spread over more than SPARSE_ROWS times their count) or reads them."""
     from ngnn.op_graph import Dropout
     from ngnn.simulate.cost import dropout, keep_bits
     device = simulate.Device(**DEVICE)
@@ -434,6 +434,12 @@ def test_a_dropout_keyed_by_ids_draws_their_span():
     assert keep_bits(device, keyed(np.arange(0, 10000, 10)), masks).seconds < first / 5
     assert keep_bits(device, keyed(np.arange(0, 10000, 10), seed=8), masks).seconds == \
         pytest.approx(first)
+    # Denser scattered ids: the kernels keep their mask for the step too.
+    graph = Ids()
+    graph.ids = np.arange(0, 2000, 2)
+    dense = Dropout(x, 0.5, seed=9, rows=(graph, "ids"))
+    assert keep_bits(device, dense, masks).seconds > 0
+    assert keep_bits(device, dense, masks).seconds == 0
 
 
 def test_ranks_on_one_host_share_its_cache():

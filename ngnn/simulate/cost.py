@@ -262,11 +262,13 @@ def keep_bits(device, op, masks):
     """The keep bits of a dropout's mask (a byte per element) as the NumPy kernels draw
     them: a whole tensor's at once (philox.keep_bits); keyed by ids (`op.rows`), as
     `kernels.dropout_keep_rows` does: consecutive ids draw their own positions, ids spread
-    over a span at least `SPARSE_ROWS` times their count draw the whole span once per call
-    (kept in `masks`, as the kernels keep the latest `SPAN_MASKS`; a backward dropout
-    finds its forward's) and take their rows, and denser ids draw the span between the
-    first and the last id in chunks and pick theirs (`keep_select`, per element picked)."""
-    from ngnn.transformers.numpy.kernels import SPAN_MASKS, SPARSE_ROWS
+    over a span at least `SPARSE_ROWS` times their count draw the whole span and take
+    their rows, and denser ids draw the span between the first and the last id in chunks
+    and pick theirs (`keep_select`, per element picked). The kernels keep the latest
+    masks of scattered ids (`RECENT_MASKS` of each kind), so a backward dropout or a
+    fused group applying a mask drawn earlier in the step reads it; `masks` follows them
+    as the steps are priced in order."""
+    from ngnn.transformers.numpy.kernels import RECENT_MASKS, SPARSE_ROWS
     elements, width = size(op), max(row_elements(op), 1)
     if op.rows is None:
         return Cost(elements * _per_draw(device, elements), elements, elements, calls=0)
@@ -277,20 +279,31 @@ def keep_bits(device, op, masks):
     first, last = int(ids.min()), int(ids.max())
     if last - first + 1 == ids.size and np.all(np.diff(ids) == 1):
         return Cost(elements * _per_draw(device, elements), elements, elements, calls=0)
+    key = (op.seed, op.rate, width)
     if ids.size * SPARSE_ROWS < last + 1:
-        key = (op.seed, op.rate, width)
-        drawn = masks.pop(key, 0)
-        masks[key] = max(drawn, last + 1)
-        while len(masks) > SPAN_MASKS:
-            masks.pop(next(iter(masks)))
-        span = (last + 1) * width if drawn <= last else 0
+        cache = masks.setdefault("span", {})
+        kept = cache.get(key)
+        span = 0 if kept is not None and kept >= last + 1 else (last + 1) * width
+        if span:
+            _remember(cache, key, last + 1, RECENT_MASKS)
         take = picks(device, ids.size, width / 4, last + 1)
         return take + Cost(span * _per_draw(device, span), span, span, calls=0)
+    cache = masks.setdefault("rows", {})
+    if cache.get(key) is getattr(graph, attribute):
+        return Cost(calls=0)
+    _remember(cache, key, getattr(graph, attribute), RECENT_MASKS)
     span = (last - first + 1) * width
     select = device.curves["keep_select"](width) if "keep_select" in device.curves else \
         8 / device.gather_bandwidth
     return Cost(span * _per_draw(device, span) + elements * select, span, span + elements,
                 calls=0)
+
+
+def _remember(cache, key, value, capacity):
+    """As the kernels' caches keep masks: the latest `capacity` insertions."""
+    cache[key] = value
+    while len(cache) > capacity:
+        cache.pop(next(iter(cache)))
 
 
 def _per_draw(device, elements):
