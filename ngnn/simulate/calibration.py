@@ -18,6 +18,7 @@ of one. `quick=True` uses small
 sizes and two widths (tests). MPI: `measure_mpi` starts 2 ranks (calibration/mpi_probe)
 for latency, bandwidth and all-reduce; skipped, with a message, without mpi4py or mpiexec.
 """
+import itertools
 import json
 import os
 import shutil
@@ -213,10 +214,13 @@ def keep_timings(quick, rng):
             lambda b=bits: philox.keep_bits(1, 0, 0.5, b), elements)
     span = 20_000 if quick else TABLE_ROWS[0]
     ids = np.sort(rng.choice(span, span // 2, replace=False))
+    calls = itertools.count()
     for width in (1, 4, 16) if quick else (1, 4, 16, 64):
         bits = np.empty(span * width, np.bool_)
+        # A new call number each time: the kernels keep a step's mask for its next use.
         timings["keep_rows", span, width] = (
-            lambda w=width: K.dropout_keep_rows(1, 0, 0.5, (len(ids), w), ids), len(ids))
+            lambda w=width: K.dropout_keep_rows(1, next(calls), 0.5, (len(ids), w), ids),
+            len(ids))
         timings["keep_span", span, width] = (
             lambda b=bits: philox.keep_bits(1, 0, 0.5, b), len(ids))
     return timings
