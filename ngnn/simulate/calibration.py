@@ -21,7 +21,6 @@ for latency, bandwidth and all-reduce; skipped, with a message, without mpi4py o
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -368,9 +367,10 @@ def measure_mpi(timeout=30.0, quick=False):
         import mpi4py  # noqa: F401
     except ImportError:
         return None, "mpi4py is not installed (pip install 'ngnn[mpi]'): MPI not measured"
-    mpiexec = shutil.which("mpiexec")
+    from ngnn.distributed.launch import find_mpiexec
+    mpiexec = find_mpiexec()
     if mpiexec is None:
-        return None, "no mpiexec on PATH: MPI not measured"
+        return None, "no mpiexec beside Python or on PATH: MPI not measured"
     command = [mpiexec, "-n", "2", sys.executable, "-m", "ngnn.simulate.mpi_probe"]
     if quick:
         command.append("--quick")
