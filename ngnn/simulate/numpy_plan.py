@@ -118,8 +118,8 @@ class Block:
             rows = self.rows(op)
             elements = rows * row_elements(op)
             keep = Cost(calls=0)
-            if self.writer.is_edge_sized(op):            # keep[eids]: fancy rows of bytes
-                keep = primitive(device, "fancy", rows, row_elements(op), rows,
+            if self.writer.is_edge_sized(op):    # np.take(keep, eids): rows of bytes
+                keep = primitive(device, "take", rows, row_elements(op) / 4, rows,
                                  calls=blocks)
             scale = apply_keep(device, elements)
             scale.calls = 3 * blocks
