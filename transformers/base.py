@@ -378,9 +378,9 @@ class Transformer:
     wide_accumulation=True adds float32 sums (aggregations, matrix products, sums over
     rows) in float64 and rounds them once (ngnn.passes.WideAccumulation), so they do not
     depend on summation order: K MPI ranks then equal one process bit for bit (`ngnn
-    train` turns it on; docs/distributed.md, "What is exact"). A
-    transformer kind names its own further options in
-    `extra_options`; any other name is an error that suggests the closest valid one."""
+    train` turns it on; docs/distributed.md, "What is exact"). A transformer kind names
+    its own further options in `extra_options`; any other name is an error that suggests
+    the closest valid one."""
 
     name = None
     computation_class = Computation

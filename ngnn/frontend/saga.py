@@ -69,16 +69,11 @@ def saga(graph, node_feat=None, apply_edge=None, accumulator="sum", apply_vertex
 
 def _edge_value(value, context):
     """`value` if apply_edge returned one value per edge, else an error saying what it was."""
-    if value is None:
-        problem = "returned None (a missing `return`?)"
-    elif not isinstance(value, Op):
-        problem = f"returned {value!r}, which is not a tensor"
-    elif value.zoom is not context:
-        problem = f"returned {value!r}, which reads no src, dst or edge data of this ng.saga"
-    elif value.scope not in EDGE_SET:
+    problem = _not_traced(value, context, "reads no src, dst or edge data of this ng.saga")
+    if problem is None and value.scope not in EDGE_SET:
         problem = (f"returned {value!r}, one value per destination vertex: it reads only dst, "
                    "so every edge into a vertex would carry the same value")
-    else:
+    if problem is None:
         return value
     raise TracingError(at_user_line(
         f"ng.saga: apply_edge {problem}; it must return one value per edge, built from "
@@ -87,16 +82,22 @@ def _edge_value(value, context):
 
 def _vertex_value(value, context):
     """`value` if apply_vertex returned per-vertex data, else an error saying what it was."""
-    if value is None:
-        problem = "returned None (a missing `return`?)"
-    elif not isinstance(value, Op):
-        problem = f"returned {value!r}, which is not a tensor"
-    elif value.zoom is not context:
-        problem = f"returned {value!r}, which reads neither the vertex nor the accumulated value"
-    elif value.scope != "v":
+    problem = _not_traced(value, context, "reads neither the vertex nor the accumulated value")
+    if problem is None and value.scope != "v":
         problem = f"returned {value!r}, which has one value per edge, not per vertex"
-    else:
+    if problem is None:
         return value
     raise TracingError(at_user_line(
         f"ng.saga: apply_vertex {problem}; it must return the new vertex data, built from "
         "accum and vertex.<feature>, e.g. ng.relu(ng.dot(accum, W))"))
+
+
+def _not_traced(value, context, reads_nothing):
+    """What is wrong with a returned value that is no tensor of this ng.saga, or None."""
+    if value is None:
+        return "returned None (a missing `return`?)"
+    if not isinstance(value, Op):
+        return f"returned {value!r}, which is not a tensor"
+    if value.zoom is not context:
+        return f"returned {value!r}, which {reads_nothing}"
+    return None

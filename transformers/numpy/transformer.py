@@ -5,6 +5,7 @@ intermediate (where the memory plan put it) and returns the step function, whose
 one or a few NumPy/SciPy statements per op, each writing into its planned view with
 `out=`. So the memory plan is the memory really used.
 """
+import functools
 import linecache
 import os
 import weakref
@@ -31,10 +32,12 @@ class NumPyDeviceBufferStorage(DeviceBufferStorage):
         return self.data
 
 
+@functools.lru_cache(maxsize=None)
 def physical_memory_bytes():
-    """This machine's RAM, or its cgroup's limit when lower. Checked before allocating:
+    """This machine's RAM, or its cgroup's limit when lower, checked before allocating:
     where the kernel overcommits, NumPy's allocation of more succeeds and the process is
-    killed later, when the pages are touched."""
+    killed later, when the pages are touched. Read once, as a chunked program allocates
+    on every call."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     try:
         with open("/sys/fs/cgroup/memory.max") as f:
