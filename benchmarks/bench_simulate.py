@@ -5,8 +5,8 @@
 
 Each pass calibrates (`ngnn calibrate`, MPI included) and then measures every
 configuration (model, R-MAT size, rank count, partition policy): real steps after a
-warm-up, in this process for 1 rank, under `mpiexec -n K` (this script as the worker) for
-K ranks, where a step is the slowest rank's, timed between barriers. Then every
+warm-up, in a new process for 1 rank and under `mpiexec -n K` for K ranks (this script as
+the worker), where a step is the slowest rank's, timed between barriers. Then every
 configuration is predicted with `ngnn.simulate` on the best of the passes' calibrations
 (ranks: each rank's computation built through the distributed lowering, no MPI started).
 
@@ -50,13 +50,28 @@ def cli_args(model, nodes, policy=None):
     return args
 
 
-def single(model, nodes, steps, data):
-    """(fastest, median, [(graph op, measured)]) of one process's step: whole steps, then
-    the generated code timed line by line."""
+def single(model, nodes, steps):
+    """(fastest, median, [(graph op, measured)]) of one process's step, measured in a new
+    process, as a user's training runs: this one has calibrated, and what that left of
+    its memory (the heap's layout, its huge pages) made the same steps up to 1.5 times
+    slower in some passes."""
+    command = [sys.executable, os.path.abspath(__file__), "--single", model, str(nodes),
+               str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    return result["fastest"], result["median"], [tuple(op) for op in result["ops"]]
+
+
+def single_worker(model, nodes, steps):
+    """Run by `single`: whole steps, then the generated code timed line by line; prints
+    the figures as JSON."""
     from ngnn.simulate.measure import measure_steps
     from ngnn.simulate.simulator import step_name
     args = cli_args(model, nodes)
-    trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
+    trainer = make_trainer(args, load_dataset(args), 0, transformer=ngt.make_transformer("numpy"))
     trainer.step()                                   # compiles
     times = []
     for _ in range(steps):
@@ -67,7 +82,8 @@ def single(model, nodes, steps, data):
                              repeats=max(2, steps))
     graph_ops = [(step_name(s), t) for s, t in measured.items() if not hasattr(s, "args")]
     trainer.transformer.close()
-    return min(times), float(np.median(times)), graph_ops
+    print(json.dumps({"fastest": min(times), "median": float(np.median(times)),
+                      "ops": graph_ops}), flush=True)
 
 
 def ranked(model, nodes, parts, policy, topology, data):
@@ -204,11 +220,9 @@ def measure_all(args, configurations):
             print(f"pass {done + 1}: calibrated in {time.perf_counter() - start:.1f} s "
                   f"(load average {os.getloadavg()[0]:.1f})", *(f"({n})" for n in notes),
                   flush=True)
-        data = {}
         for model, nodes, parts, policy in configurations:
-            graph = dataset_of(model, nodes, data)
             if parts == 1:
-                m, median, ops = single(model, nodes, args.steps, graph)
+                m, median, ops = single(model, nodes, args.steps)
                 for name, seconds in ops:
                     key = (model, nodes, name)
                     per_op[key] = min(per_op.get(key, float("inf")), seconds)
@@ -289,5 +303,8 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
         model, nodes, policy, steps = sys.argv[2:6]
         worker(model, int(nodes), policy, int(steps))
+    elif sys.argv[1:2] == ["--single"]:
+        model, nodes, steps = sys.argv[2:5]
+        single_worker(model, int(nodes), int(steps))
     else:
         main()

@@ -212,6 +212,16 @@ def test_calibrate_and_simulate_commands(tmp_path, capsys):
     match = re.fullmatch(BENCH_SHAPE, line)
     assert match and match.group(1) == "gcn" and float(match.group(5)) > 0
     assert json.loads(trace.read_text())["traceEvents"]
+    # The fused groups' primitives are also timed inside busy blocks, the out-CSR's too;
+    # rows of stored edge values from tables EDGES_PER_ROW times the node tables.
+    for name in ("take_busy", "out_take_busy", "take_sorted_busy", "segment_busy",
+                 "segment_sum_busy", "spmm_busy", "out_spmm_busy", "gather_sum_heads",
+                 "out_gather_sum_heads", "edge_take_busy", "segment_sum", "take_sorted"):
+        assert min(min(row) for row in measured.curves[name].seconds) > 0, name
+    assert "out_segment_busy" not in measured.curves
+    edges_per_row = simulate.calibration.EDGES_PER_ROW
+    assert measured.curves["edge_take_busy"].rows == \
+        [edges_per_row * rows for rows in measured.curves["take_busy"].rows]
 
 
 def test_simulate_on_a_preset_says_unvalidated(tmp_path, capsys):
@@ -369,6 +379,79 @@ def test_the_best_of_calibrations_keeps_each_best_figure():
     assert best.link().latency == 1e-5
 
 
+def test_a_block_with_edge_arrays_reads_the_busy_curves():
+    """A group whose blocks make more than one edge array prices its primitives by the
+    curves measured in busy blocks; a group of sparse products alone (GCN's) by those
+    measured alone; either curve stands in where only it was measured."""
+    from ngnn import transformers as ngt
+    from ngnn.simulate.numpy_plan import Block, NumPyPlan
+    alone = simulate.Curve([1], [1], [[1.0]])
+    busy = simulate.Curve([1], [1], [[3.0]])
+    device = simulate.Device(**DEVICE, curves={"take": alone, "take_busy": busy,
+                                               "spmm_busy": busy})
+    assert simulate.cost.blocked(device, "take", 10, 1, 1, 1).seconds == 10
+    assert simulate.cost.blocked(device, "take", 10, 1, 1, 1, busy=True).seconds == 30
+    assert simulate.cost.blocked(device, "spmm", 10, 1, 1, 1).seconds == 30
+    busy_groups = {}
+    for model in ("gcn", "gat"):
+        args = make_parser().parse_args(["bench", "--model", model, *SBM])
+        _fill_defaults(args)
+        transformer = ngt.make_transformer("numpy")
+        trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
+        trainer.train_step.transform()
+        plan = NumPyPlan(trainer.train_step)
+        flags = []
+        for group, writer in plan.writers.items():
+            other = "src" if group.at == "dst" else "dst"
+            flags.append(Block(plan, writer, device, 1, writer.sparse_products(other)[1]).busy)
+        busy_groups[model] = flags
+        transformer.close()
+    assert busy_groups["gcn"] and not any(busy_groups["gcn"])
+    assert any(busy_groups["gat"])
+
+
+def test_a_table_written_shortly_before_is_read_warm():
+    """A quiet group reads a table at its warm cost when less than the device's share of
+    the cache has streamed past since the table was written (an LRU cache), else at its
+    cold cost; a device without a cache size never reads warm."""
+    from ngnn import transformers as ngt
+    cold, warm = simulate.Curve([1], [1], [[4e-9]]), simulate.Curve([1], [1], [[1e-9]])
+    curves = {name + suffix: curve for name in ("spmm", "out_spmm")
+              for suffix, curve in (("", cold), ("_warm", warm))}
+    args = make_parser().parse_args(["bench", "--model", "gcn", *SBM])
+    _fill_defaults(args)
+    fused = {}
+    for cache in (None, 1, 2 ** 40):
+        device = simulate.Device(**DEVICE, curves=curves, cache_bytes=cache)
+        transformer = ngt.make_transformer("numpy")
+        trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
+        report = simulate.predict(trainer.train_step, simulate.Topology([device]))
+        fused[cache] = report.by_kind()["fused"]
+        transformer.close()
+    assert fused[None] == fused[1] > fused[2 ** 40]
+
+
+def test_segment_sums_and_stored_edge_values_have_their_own_curves():
+    """A segment sum reads the sum's curve (NumPy's add reduces faster than its maximum);
+    rows of stored edge values read from a table between the node tables' and the edge
+    tables' calibrated sizes cost between the two, log-linearly in the rows."""
+    take = simulate.Curve([100, 500], [1], [[1.0], [2.0]])
+    edge_take = simulate.Curve([1000, 5000], [1], [[4.0], [8.0]])
+    segment, segment_sum = (simulate.Curve([1], [1], [[v]]) for v in (2.0, 1.0))
+    device = simulate.Device(**DEVICE, curves={"take": take, "edge_take": edge_take,
+                                               "segment": segment,
+                                               "segment_sum": segment_sum})
+    assert simulate.cost.segment_curve(device, "sum") == "segment_sum"
+    assert simulate.cost.segment_curve(device, "mean") == "segment_sum"
+    assert simulate.cost.segment_curve(device, "max") == "segment"
+    per_item = simulate.cost.per_item
+    assert per_item(device, "edge_take", 1, 100) == pytest.approx(1.0)
+    assert per_item(device, "edge_take", 1, 5000) == pytest.approx(8.0)
+    between = [per_item(device, "edge_take", 1, rows) for rows in (500, 600, 800, 1000)]
+    assert between[0] == pytest.approx(2.0) and between[-1] == pytest.approx(4.0)
+    assert between == sorted(between)
+
+
 def test_a_narrower_product_never_costs_more_than_a_wider_one():
     capped = simulate.calibration.monotone([[9.0, 1.0, 3.0], [2.0, 5.0, 4.0]])
     assert capped == [[1.0, 1.0, 3.0], [2.0, 4.0, 4.0]]
@@ -448,12 +531,12 @@ def test_ranks_on_one_host_share_its_cache():
     element-wise function's are unchanged."""
     take = simulate.Curve([100, 1000], [1, 4], [[1.0, 2.0], [3.0, 6.0]])
     device = simulate.Device(**DEVICE, cores=2, curves={"take": take, "matmul": take,
-                                                        "out_spmm_blocked": take,
+                                                        "out_spmm_busy": take,
                                                         "np.exp": take})
     host = simulate.Topology([device], [simulate.Link(1e-5, 1e9)])
     shared = host.shared_by(2).device()
     assert shared.curves["take"](1, 100) == pytest.approx(take(1, 200))
-    assert shared.curves["out_spmm_blocked"](1, 100) == pytest.approx(take(1, 200))
+    assert shared.curves["out_spmm_busy"](1, 100) == pytest.approx(take(1, 200))
     assert shared.curves["matmul"](1, 100) == shared.curves["np.exp"](1, 100) == take(1, 100)
     assert host.shared_by(8).device().curves["take"](4, 50) == pytest.approx(take(4, 100))
     assert host.device().curves["take"] is take

@@ -76,20 +76,37 @@ def row_width(op):
 # ---- primitives ----------------------------------------------------------------------------
 def per_item(device, primitive, width, rows=None):
     """Seconds per item (an edge or a row) of a graph primitive at `width` float32s per
-    row, reading a table of `rows` rows: the calibrated curve, else the scalar rates."""
-    curve = device.curves.get(primitive)
+    row, reading a table of `rows` rows: the calibrated curve (the one measured in busy
+    blocks where it alone was), else the scalar rates."""
+    curve = device.curves.get(primitive) or device.curves.get(primitive + "_busy")
+    if curve is not None and primitive.startswith("edge_take") and rows is not None:
+        return _edge_table(device, primitive, curve, width, rows)
     if curve is not None:
         return curve(width, rows)
     row = 4 * width
-    if primitive in ("take", "take_blocked", "take_sorted", "fancy"):
+    if primitive in ("take", "take_sorted", "edge_take", "fancy"):
         return (2 * row + 8) / device.gather_bandwidth
-    if primitive in ("spmm", "spmm_blocked", "gather_sum_heads"):
+    if primitive in ("spmm", "gather_sum_heads"):
         return width / device.spmm_rate + 8 / device.gather_bandwidth
-    if primitive == "segment":
+    if primitive.startswith("segment"):
         return width / device.segment_rate
     if primitive == "log_softmax":
         return 5 * row / device.memory_bandwidth + width / device.transcendental_rate
     return row / device.memory_bandwidth           # row_sum, column_sum
+
+
+def _edge_table(device, name, curve, width, rows):
+    """Random rows of a stored edge value (edge_take), from a table smaller than the
+    smallest edge table calibrated: between the node tables' take curve at its largest
+    table and edge_take at its smallest, log-linear in the rows (below, the take curve)."""
+    nodes = device.curves.get(name.replace("edge_take", "take"))
+    low, high = (nodes.rows[-1] if nodes else 0), curve.rows[0]
+    if nodes is None or rows >= high:
+        return curve(width, rows)
+    if rows <= low:
+        return nodes(width, rows)
+    t = np.log(rows / low) / np.log(high / low)
+    return float(np.exp((1 - t) * np.log(nodes(width, low)) + t * np.log(curve(width, high))))
 
 
 def primitive(device, name, items, width, rows=None, calls=1, moved=0.0):
@@ -98,19 +115,23 @@ def primitive(device, name, items, width, rows=None, calls=1, moved=0.0):
     return Cost(seconds, 0, moved or items * 4 * width, kind="graph", calls=calls)
 
 
-def blocked(device, name, edges, width, rows, block_edges, calls):
-    """Primitive `name` over `edges` edges in blocks of `block_edges` (a fused group's
-    loop), reading `width` floats per row from a table of `rows` rows: between the
-    calibrated cost per edge of one large block and that of small blocks, whose outputs
-    stay in cache (`name`_blocked; log-linear in the block's edges)."""
-    from .calibration import BLOCK_EDGES, SMALL_BLOCKS
-    large = per_item(device, name, width, rows)
-    small = per_item(device, name + "_blocked", width, rows) if \
-        name + "_blocked" in device.curves else large
-    low, high = np.log(BLOCK_EDGES / SMALL_BLOCKS), np.log(BLOCK_EDGES)
-    t = float(np.clip((np.log(max(block_edges, 1)) - low) / (high - low), 0, 1))
-    seconds = edges * float(np.exp(np.log(small) + t * (np.log(large) - np.log(small))))
+def blocked(device, name, edges, width, rows, calls, busy=False):
+    """Primitive `name` over `edges` edges in a fused group's block loop, reading `width`
+    floats per row from a table of `rows` rows: at its calibrated cost in blocks of its
+    own, or, in a block with other edge arrays (`busy`), at its cost measured among them
+    (`name`_busy, calibration.busy_blocks), where they move its table out of the cache;
+    either where only the other was measured."""
+    names = (name + "_busy", name) if busy else (name, name + "_busy")
+    curve = next((n for n in names if n in device.curves), name)
+    seconds = edges * per_item(device, curve, width, rows)
     return Cost(seconds, 2 * edges * width, edges * 4 * width, kind="graph", calls=calls)
+
+
+def segment_curve(device, reduce):
+    """The calibrated curve of a segment reduction (K.segment_reduce): NumPy's add reduces
+    faster than its maximum, so sums have their own."""
+    return "segment_sum" if reduce in ("sum", "mean") and "segment_sum" in device.curves \
+        else "segment"
 
 
 def passes(device, elements, moved, calls=1, transcendental=0):
@@ -248,14 +269,19 @@ def dropout(op, device, masks=None):
     return Cost(draws / device.dropout_rate, draws, moved)
 
 
+def numpy_function(device, name, elements, moved):
+    """`elements` of NumPy function `name` at its calibrated cost per element, else
+    `moved` bytes at the memory bandwidth (no statement of its own)."""
+    curve = device.curves.get(name)
+    seconds = elements * curve(1, elements) if curve is not None else \
+        moved / device.memory_bandwidth
+    return Cost(seconds, elements, moved, calls=0)
+
+
 def apply_keep(device, elements):
     """x * scale * keep (kernels.apply_keep): a multiply, and one by a mask of bytes."""
-    if "np.multiply" in device.curves and "np.multiply@cast" in device.curves:
-        seconds = elements * (device.curves["np.multiply"](1, elements) +
-                              device.curves["np.multiply@cast"](1, elements))
-    else:
-        seconds = 2 * 9 * elements / device.memory_bandwidth
-    return Cost(seconds, 2 * elements, 18 * elements, calls=0)
+    return numpy_function(device, "np.multiply", elements, 12 * elements) + \
+        numpy_function(device, "np.multiply@cast", elements, 6 * elements)
 
 
 def keep_bits(device, op, masks):
@@ -335,16 +361,18 @@ def graph_work(op, device):
         if op.reduce in ("sum", "mean"):     # incidence (N, E) @ x: x's rows in edge order
             return primitive(device, "spmm", edges, width, edges) + \
                 passes(device, size(op), 2 * nbytes(op))
-        return primitive(device, "fancy", edges, width, edges) + \
-            primitive(device, "segment", edges, width) + \
-            primitive(device, "fancy", nodes, width)
-    # EdgeSoftmax: a segment max, a gather of it, subtract and exp, a sum, a divide.
+        # x's rows taken into CSR order, then a segment reduction.
+        return primitive(device, "edge_take", edges, width, edges) + \
+            primitive(device, "segment", edges, width)
+    # EdgeSoftmax: a segment max, a gather of it, subtract and exp, a float64 sum (an
+    # incidence product), a gather of it, a divide.
     element = edges * row_elements(op)
-    return (primitive(device, "fancy", edges, width, edges)
+    return (primitive(device, "edge_take", edges, width, edges)
             + primitive(device, "segment", edges, width)
-            + primitive(device, "take", 2 * edges, width, nodes, calls=2)
-            + primitive(device, "spmm", edges, width, edges)
-            + passes(device, element, 6 * element * 4, calls=3, transcendental=element))
+            + primitive(device, "take", edges, width, nodes)
+            + primitive(device, "spmm", edges, 2 * width, edges)
+            + primitive(device, "take", edges, 2 * width, nodes)
+            + passes(device, element, 6 * element * 4, calls=4, transcendental=element))
 
 
 def communication(op, device, topology, rank):

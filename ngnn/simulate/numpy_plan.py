@@ -6,8 +6,9 @@ written through edge ids, which dropout masks are drawn once per call."""
 import numpy as np
 
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
-from .cost import (Cost, apply_keep, blocked, keep_bits, nbytes, passes, primitive,
-                   row_elements, row_width, work)
+from ..passes.buffer_sharing import is_group
+from .cost import (Cost, apply_keep, blocked, keep_bits, nbytes, numpy_function, passes,
+                   primitive, row_elements, row_width, segment_curve, size, work)
 
 
 class NumPyPlan:
@@ -29,6 +30,25 @@ class NumPyPlan:
         # The span masks of keyed dropouts the kernels keep between statements, as the
         # steps are priced in order (see cost.keep_bits).
         self.masks = {}
+        # The bytes the steps priced so far moved, and that figure when each tensor was
+        # written: how far back in the cache's use a table a group reads lies.
+        self.streamed, self.written = 0.0, {}
+        self.is_view = comp.transformer.is_view
+
+    def ran(self, step, cost):
+        """Notes a step priced: the tensors it wrote, then the bytes it moved."""
+        for op in step.outputs if is_group(step) else [step]:
+            self.written[op] = self.streamed
+        self.streamed += cost.bytes
+
+    def warm(self, op, device):
+        """Is tensor `op` still in a core's share of the cache when a group reads it: has
+        less than that streamed past since it was written (an LRU cache's rule)? Inputs
+        and tensors of earlier calls are not."""
+        while op not in self.written and self.is_view(op) and op.args:
+            op = op.args[0]
+        return device.cache_bytes is not None and op in self.written and \
+            self.streamed - self.written[op] <= device.cache_bytes
 
     def writes(self, step):
         return step in self.writers
@@ -41,7 +61,7 @@ class NumPyPlan:
         products, skipped = writer.sparse_products(other)
         blocks = len(K.blocks(graph, end, writer.edge_block_limit()))
         edges, nodes = graph.num_edges, graph.num_nodes
-        context = Block(writer, device, blocks, min(edges, writer.edge_block_limit()))
+        context = Block(self, writer, device, blocks, skipped)
         # Once per call: per-head copies of the product sources, and the dropout masks.
         cost = Cost(kind="fused", calls=1)
         for x, weight in {(x, w) for x, w in products.values()}:
@@ -67,12 +87,25 @@ class Block:
     """Prices a fused group's members as its generated block loop runs them: every
     statement once per block, its work summed over the blocks."""
 
-    def __init__(self, writer, device, blocks, block_edges):
-        self.writer, self.device = writer, device
-        self.blocks, self.block_edges = blocks, block_edges
+    def __init__(self, plan, writer, device, blocks, skipped):
+        self.plan, self.writer, self.device, self.blocks = plan, writer, device, blocks
         group = writer.group
         self.edges, self.nodes, self.end = group.graph.num_edges, group.graph.num_nodes, group.at
         self.members = set(group.ops)
+        # A block that makes more than one edge array is a busy one (see cost.blocked).
+        made = [op for op in group.ops if writer.is_edge_sized(op) and op not in skipped
+                and not _is_view_template(op)]
+        taken = [arg for arg in group.inputs if writer.is_edge_sized(arg) and not
+                 (arg in writer.csr_ordered and self.end == "dst")]
+        self.busy = len(made) + len(taken) > 1
+
+    def blocked(self, name, edges, width, rows, calls, table=None):
+        """`name` in this block; reading `table`, at its warm cost where a quiet block
+        finds that still in the cache (NumPyPlan.warm)."""
+        if not self.busy and table is not None and self.plan.warm(table, self.device) and \
+                name + "_warm" in self.device.curves:
+            name += "_warm"
+        return blocked(self.device, name, edges, width, rows, calls, self.busy)
 
     def columns(self, name):
         """The curve of primitive `name` reading rows by the other end's ids: a
@@ -91,36 +124,36 @@ class Block:
             return Cost(calls=0)
         if arg in self.writer.csr_ordered and self.end == "dst":
             return Cost(calls=0)
-        return blocked(self.device, "take", self.edges, row_width(arg), self.edges,
-                       self.block_edges, self.blocks)
+        return self.blocked("edge_take", self.edges, row_width(arg), self.edges, self.blocks)
 
     def member(self, op, products):
         device, blocks, edges = self.device, self.blocks, self.edges
         if isinstance(op, Gather):       # by the group's own end: rows in order
             kind = "take_sorted" if op.by == self.end else self.columns("take")
-            return blocked(device, kind, edges, row_width(op), op.args[0].shape[0],
-                           self.block_edges, blocks)
+            return self.blocked(kind, edges, row_width(op), op.args[0].shape[0], blocks,
+                                op.args[0])
         if isinstance(op, Aggregate):
             return self.aggregate(op, products)
         reads = Cost(calls=0)
         for arg in op.args:
             reads = reads + self.read(arg, op)
-        if isinstance(op, EdgeSoftmax):
+        if isinstance(op, EdgeSoftmax):      # K.segment_softmax: the sums in float64
             width, element = row_width(op), edges * row_elements(op)
             return reads + Cost(edges / device.repeat_rate, calls=blocks) + \
-                primitive(device, "segment", 2 * edges, width, calls=2 * blocks) + \
-                primitive(device, "fancy", 2 * self.nodes, width, calls=2 * blocks) + \
-                blocked(device, "take_sorted", 2 * edges, width, self.nodes,
-                        self.block_edges, 2 * blocks) + \
-                passes(device, element, 3 * element * 8, calls=3 * blocks,
+                self.segment("max", width) + self.segment("sum", 2 * width) + \
+                self.blocked("take_sorted", edges, width, self.nodes, blocks) + \
+                self.blocked("take_sorted", edges, 2 * width, self.nodes, blocks) + \
+                passes(device, element, 6 * element * 4, calls=3 * blocks,
                        transcendental=element)
         if isinstance(op, Dropout):
             rows = self.rows(op)
             elements = rows * row_elements(op)
             keep = Cost(calls=0)
-            if self.writer.is_edge_sized(op):    # np.take(keep, eids): rows of bytes
-                keep = primitive(device, "take", rows, row_elements(op) / 4, rows,
-                                 calls=blocks)
+            if self.writer.is_edge_sized(op):
+                # np.take(keep, eids): rows of a byte a head, a table of rows x heads bytes
+                heads = row_elements(op)
+                keep = self.blocked("edge_take", rows, heads / 4, rows * min(heads / 4, 1),
+                                    blocks)
             scale = apply_keep(device, elements)
             scale.calls = 3 * blocks
             return reads + keep + scale
@@ -133,29 +166,36 @@ class Block:
     def aggregate(self, op, products):
         device, blocks, edges = self.device, self.blocks, self.edges
         width, out = row_width(op), nbytes(op)
-        mean = passes(device, 0, 2 * out) if op.reduce == "mean" else Cost(calls=0)
+        mean = Cost(calls=0)
+        if op.reduce == "mean":          # K.divide_by_degrees: the degrees, the rows divided
+            mean = passes(device, 0, 32 * self.nodes) + numpy_function(device, "np.divide",
+                                                                        size(op), 3 * out)
         if op in products:
             x, weight = products[op]
             heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
-            data = passes(device, 0, 4 * edges, calls=blocks) if weight is None else \
-                self.read(weight, op) if weight not in self.members else Cost(calls=0)
-            if heads > 1 and self.columns("gather_sum_heads") in device.curves:
-                # Calibrated whole: per head a product, the weights by head and the heads
-                # back into rows; every block reads all heads' tables.
-                return data + mean + blocked(device, self.columns("gather_sum_heads"),
-                                             edges * heads, width / heads, x.shape[0],
-                                             self.block_edges, blocks * (3 + 2 * heads))
+            data = Cost(calls=0) if weight is None or weight in self.members else \
+                self.read(weight, op)
+            # K.gather_sum as calibrated whole (its weights of ones, the output's fill; per
+            # head a product, the weights by head and the heads back into rows).
+            if heads == 1:
+                return data + mean + self.blocked(self.columns("spmm"), edges, width,
+                                                  x.shape[0], 2 * blocks, x)
+            if self.columns("gather_sum_heads") in device.curves:
+                return data + mean + self.blocked(self.columns("gather_sum_heads"),
+                                                  edges * heads, width / heads, x.shape[0],
+                                                  blocks * (3 + 2 * heads))
             fill = passes(device, 0, out, calls=blocks * heads)
-            product = blocked(device, self.columns("spmm"), edges * heads, width / heads,
-                              x.shape[0] * heads, self.block_edges, blocks * heads)
-            if heads > 1:          # the weights by head, and the heads back into rows:
-                moved = 8 * edges * heads + 2 * out             # two strided copies
-                data = data + Cost(moved / device.transpose_rate, 0, moved, calls=3 * blocks)
+            product = self.blocked(self.columns("spmm"), edges * heads, width / heads,
+                                   x.shape[0] * heads, blocks * heads)
+            moved = 8 * edges * heads + 2 * out      # the weights by head, the heads back
+            data = data + Cost(moved / device.transpose_rate, 0, moved, calls=3 * blocks)
             return data + fill + product + mean
-        reads = self.read(op.args[0], op)
-        return reads + passes(device, 0, out, calls=blocks) + \
-            primitive(device, "segment", edges, width, calls=blocks) + \
-            primitive(device, "fancy", self.nodes, width, calls=2 * blocks) + mean
+        return self.read(op.args[0], op) + self.segment(op.reduce, width, op.args[0]) + mean
+
+    def segment(self, reduce, width, values=None):
+        """K.segment_reduce over the block's edges, `width` float32s a row, of `values`."""
+        return self.blocked(segment_curve(self.device, reduce), self.edges, width,
+                            self.nodes, 2 * self.blocks, values)
 
     def store(self, op):
         """The block's rows of an output written into its tensor."""

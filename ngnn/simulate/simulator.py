@@ -91,6 +91,8 @@ def predict(comp, topology, rank=None):
                                    into.get(step.args[-1]) is step.args[0]):
             continue          # bound, not run; or an update computed in its variable
         cost = step_cost(step, device, topology, rank, views, plan)
+        if plan is not None:
+            plan.ran(step, cost)
         members = [step_name(op) for op in step.ops] if is_group(step) else [step_name(step)]
         ops.append(StepPrediction(step_name(step), cost, clock, members))
         clock += cost.seconds

@@ -16,7 +16,7 @@ from ..files import write_atomically
 DEVICE_FIELDS = ("flops", "memory_bandwidth", "memory_bytes", "call_overhead")
 GRAPH_RATES = ("gather_bandwidth", "spmm_rate", "segment_rate", "dropout_rate",
                "transcendental_rate", "repeat_rate", "transpose_rate")
-OPTIONAL_DEVICE_FIELDS = GRAPH_RATES + ("cores", "curves")
+OPTIONAL_DEVICE_FIELDS = GRAPH_RATES + ("cores", "cache_bytes", "curves")
 LINK_FIELDS = ("latency", "bandwidth")
 OPTIONAL_LINK_FIELDS = ("ends", "allreduce_latency", "allreduce_bandwidth", "contention",
                         "poll_slack")
@@ -77,17 +77,22 @@ class SharedCurve:
     def __call__(self, width, rows=None):
         return self.curve(width, None if rows is None else rows * self.ways)
 
+    @property
+    def rows(self):
+        """The table sizes at which it reads the measured points."""
+        return [rows / self.ways for rows in self.curve.rows]
+
 
 # Curves of random reads from a table of `rows` rows, which the last-level cache serves
-# (with their "out_" and "_blocked" variants). Streaming reads and element-wise
+# (with their "out_" and "_busy" variants). Streaming reads and element-wise
 # functions (their cached point fits a core's own L2), products (by their inner size)
 # and dropout bits do not depend on a share of it.
-SHARED_CURVES = ("take", "spmm", "gather_sum_heads", "pick", "place")
+SHARED_CURVES = ("take", "edge_take", "spmm", "gather_sum_heads", "pick", "place")
 
 
 def reads_shared_cache(name):
     base = name[len("out_"):] if name.startswith("out_") else name
-    return base.removesuffix("_blocked") in SHARED_CURVES
+    return base.removesuffix("_busy") in SHARED_CURVES
 
 
 def _interpolate(points, values, at):
@@ -108,14 +113,17 @@ class Device:
     indexed rows) and to a bandwidth-bound product (multiply-adds/s, one 4-byte row read
     each) when no calibration measured them; `dropout_rate`, `transcendental_rate` and
     `repeat_rate` (elements/s of random masks, of exp, of segment ids) to one element per
-    4 bytes of bandwidth, `transpose_rate` (bytes/s of a strided copy) to a quarter of it. `curves` ({primitive: Curve}, from calibration) replace the
-    scalar rates of the primitives they measure. `cores`: how many ranks can run on this
-    device at once (a CPU host's cores; None for a device per rank)."""
+    4 bytes of bandwidth, `transpose_rate` (bytes/s of a strided copy) to a quarter of
+    it. `curves` ({primitive: Curve}, from calibration) replace the scalar rates of the
+    primitives they measure. `cores`: how many ranks can run on this
+    device at once (a CPU host's cores; None for a device per rank). `cache_bytes`: a
+    core's share of the last-level cache, which decides whether a table read back is
+    still in it (the "_warm" curves; None: never)."""
 
     def __init__(self, kind, flops, memory_bandwidth, memory_bytes, call_overhead,
                  gather_bandwidth=None, spmm_rate=None, segment_rate=None,
                  dropout_rate=None, transcendental_rate=None, repeat_rate=None,
-                 transpose_rate=None, cores=None, curves=None, name=None):
+                 transpose_rate=None, cores=None, cache_bytes=None, curves=None, name=None):
         where = f"device {name or kind!r}"
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"topology: {where}: kind must be a non-empty string")
@@ -145,6 +153,8 @@ class Device:
             raise ValueError(f"topology: {where}: cores must be a positive integer, got "
                              f"{cores!r}")
         self.cores = cores
+        self.cache_bytes = _positive(where, "cache_bytes", cache_bytes) \
+            if cache_bytes is not None else None
         curves = curves or {}
         if not isinstance(curves, dict):
             raise ValueError(f"topology: {where}: curves must be an object")
@@ -162,7 +172,8 @@ class Device:
         return shared
 
     def to_dict(self):
-        extra = {"cores": self.cores} if self.cores is not None else {}
+        extra = {field: getattr(self, field) for field in ("cores", "cache_bytes")
+                 if getattr(self, field) is not None}
         if self.curves:
             extra["curves"] = {name: c.to_dict() for name, c in self.curves.items()}
         return {"name": self.name, "kind": self.kind,

@@ -80,7 +80,8 @@ def aggregate_extreme(graph, x, at, reduce, out):
     nonempty = counts > 0
     if nonempty.any():
         ufunc = np.maximum if reduce == "max" else np.minimum
-        out[nonempty] = ufunc.reduceat(x[eids], indptr[:-1][nonempty], axis=0)
+        in_order = np.take(x, eids, axis=0)     # np.take: x[eids] is slower on narrow rows
+        out[nonempty] = ufunc.reduceat(in_order, indptr[:-1][nonempty], axis=0)
     return out
 
 
@@ -93,14 +94,15 @@ def edge_softmax(graph, x, at, out):
     counts = np.diff(indptr)
     nonempty = counts > 0
     if nonempty.any():
-        peak[nonempty] = np.maximum.reduceat(x[eids], indptr[:-1][nonempty], axis=0)
-    np.subtract(x, peak[ends], out=out)
+        in_order = np.take(x, eids, axis=0)
+        peak[nonempty] = np.maximum.reduceat(in_order, indptr[:-1][nonempty], axis=0)
+    np.subtract(x, np.take(peak, ends, axis=0), out=out)
     np.exp(out, out=out)
     # The denominator summed in float64 and rounded once, as WideAccumulation sums a
     # distributed softmax's: the same whatever the order of the edges.
     total = np.empty(peak.shape, np.float64)
     aggregate_sum(graph, out, at, total)
-    out /= total[ends].astype(out.dtype)
+    out /= np.take(total, ends, axis=0).astype(out.dtype)
     return out
 
 
@@ -279,8 +281,15 @@ def segment_reduce(values, seg, reduce, out):
         ufunc = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}[reduce]
         out[nonempty] = ufunc.reduceat(values, seg[:-1][nonempty], axis=0)
         if reduce == "mean":
-            out[nonempty] /= counts[nonempty].reshape((-1,) + (1,) * (out.ndim - 1))
+            divide_by_degrees(out, seg)
     return out
+
+
+def divide_by_degrees(out, seg):
+    """out /= each segment's edge count (at least 1), in out's dtype: an int64 divisor
+    would make NumPy divide the rows in float64 and cast them back."""
+    degrees = np.maximum(np.diff(seg), 1).astype(out.dtype)
+    out /= degrees.reshape((-1,) + (1,) * (out.ndim - 1))
 
 
 def by_head(x, heads):
@@ -307,7 +316,7 @@ def gather_sum(x, weight, cols, seg, reduce, out):
             csr_product((n_v, x.shape[1]), seg, cols, weights[h], x[h], per_head[h])
         np.copyto(out.reshape(n_v, heads, -1), per_head.transpose(1, 0, 2))
     if reduce == "mean":
-        out /= np.maximum(np.diff(seg), 1).reshape((-1,) + (1,) * (out.ndim - 1))
+        divide_by_degrees(out, seg)
     return out
 
 
@@ -327,9 +336,9 @@ def segment_softmax(values, seg):
     shape = (len(seg) - 1,) + values.shape[1:]
     local = segment_ids(seg, 0)
     peak = segment_reduce(values, seg, "max", np.empty(shape, values.dtype))
-    out = np.exp(values - peak[local])
+    out = np.exp(values - np.take(peak, local, axis=0))
     total = segment_reduce(out.astype(np.float64), seg, "sum", np.empty(shape, np.float64))
-    out /= total[local].astype(out.dtype)       # summed wide as edge_softmax's
+    out /= np.take(total, local, axis=0).astype(out.dtype)   # summed wide as edge_softmax's
     return out
 
 
