@@ -269,9 +269,11 @@ def quick_profile(tmp_path_factory, cache={}):
 
 def test_every_step_run_is_priced_and_every_priced_step_runs(tmp_path_factory):
     """The prediction prices exactly the steps the transformer runs, each with a positive
-    time. How near each price is to its measured time is a benchmark's question
-    (benchmarks/bench_simulate.py, figures in docs/simulator.md), not a timed test's: on a
-    shared machine any bound either fails at random or checks nothing."""
+    time, and each graph op (a fused group) within a factor of 4 of its measured time: a
+    bound generous enough for a shared machine, whose speed moves by up to 1.5 times, and
+    for the quick profile's small sizes (0.8 to 2.1 times the measured here), that still
+    catches a term priced on the wrong count or unit. How near each price really is, is
+    the benchmark's figure (benchmarks/bench_simulate.py, docs/simulator.md)."""
     from ngnn import transformers as ngt
     from ngnn.simulate.measure import measure_steps
     topology_ = quick_profile(tmp_path_factory)
@@ -283,11 +285,16 @@ def test_every_step_run_is_priced_and_every_priced_step_runs(tmp_path_factory):
                                transformer=ngt.make_transformer("numpy"))
         trainer.step()
         report = simulate.predict(trainer.train_step, topology_)
-        measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=1)
+        measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=3)
         predicted = {step.name: step.seconds for step in report.ops}
         assert {simulate.simulator.step_name(s) for s in measured} == set(predicted)
         assert all(seconds > 0 for seconds in predicted.values())
         assert all(seconds >= 0 for seconds in measured.values())
+        groups = {simulate.simulator.step_name(s): t for s, t in measured.items()
+                  if not hasattr(s, "args")}
+        assert groups
+        for name, seconds in groups.items():
+            assert seconds / 4 <= predicted[name] <= 4 * seconds, (model, name)
         trainer.transformer.close()
 
 
