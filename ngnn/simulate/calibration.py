@@ -131,6 +131,13 @@ def rmat_block(num_nodes, edges, seed, csr="in"):
     return block
 
 
+def graph_sizes(quick):
+    """(row widths, table rows, sample edges) the graph primitives are timed at: small
+    ones for `quick`."""
+    return ((1, 4, 16), (5_000, 20_000), 50_000) if quick else \
+        (WIDTHS, TABLE_ROWS, BLOCK_EDGES)
+
+
 def blocks_of(indptr, edges):
     """(v0, v1, p0, p1): vertex ranges of about `edges` edges each of a CSR's rows, and
     their edges' positions."""
@@ -160,9 +167,7 @@ def graph_timings(quick, rng):
     """{(primitive, table rows, width): (function, items)}: the graph primitives at each
     measured width and table size, on scratch buffers shared between widths."""
     from ..transformers.numpy import kernels as K
-    widths = (1, 4, 16) if quick else WIDTHS
-    tables = (5_000, 20_000) if quick else TABLE_ROWS
-    block = 50_000 if quick else BLOCK_EDGES
+    widths, tables, block = graph_sizes(quick)
     top = widths[-1]
     timings = {}
     result, scratch = (np.empty(max(tables) * top, np.float32) for _ in range(2))
@@ -246,11 +251,10 @@ def busy_blocks(quick, rng):
     stored edge value by edge ids (at random, from a table of EDGES_PER_ROW rows a vertex:
     keyed by its rows); "out_" the out-CSR's."""
     from ..transformers.numpy import kernels as K
-    widths = (1, 4, 16) if quick else WIDTHS
-    tables = (5_000, 20_000) if quick else TABLE_ROWS
+    widths, tables, edges = graph_sizes(quick)
     best = {}
     for rows, csr in [(rows, csr) for rows in tables for csr in ("in", "out")]:
-        indptr, cols = rmat_block(rows, 50_000 if quick else BLOCK_EDGES, seed=1, csr=csr)
+        indptr, cols = rmat_block(rows, edges, seed=1, csr=csr)
         prefix = "" if csr == "in" else "out_"
         n_v = len(indptr) - 1
         weight = rng.random((len(cols), HEADS, 1), dtype=np.float32)
@@ -431,8 +435,8 @@ def measure(quick=False, seed=0):
     grad = np.empty_like(w)
     out = np.empty_like(a)
     # A group's segment ids, block by block, over an R-MAT graph's degrees (zeros and hubs).
-    indptr, _ = rmat_block(20_000 if quick else TABLE_ROWS[0], 50_000 if quick else BLOCK_EDGES,
-                           seed=1)
+    _, tables, edges = graph_sizes(quick)
+    indptr, _ = rmat_block(tables[0], edges, seed=1)
     blocks = alone_blocks(indptr, 4, quick)
     scalars = {
         # A layer's product and its weight gradient: 2 * 2 * rows * width * 16 flops.

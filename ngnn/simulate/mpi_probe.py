@@ -22,12 +22,13 @@ def calibration_kernels(quick, rng):
     columns of an R-MAT graph's in-CSR (a table of 100,000 and one of 500,000 rows), rows
     in order, a narrow matrix product and its weight gradient, exp, dropout keep bits."""
     from ngnn import philox
-    from ngnn.simulate.calibration import BLOCK_EDGES, FUNCTION_SIZES, TABLE_ROWS, rmat_block
+    from ngnn.simulate.calibration import FUNCTION_SIZES, graph_sizes, rmat_block
     from ngnn.transformers.numpy import kernels as K
     width = 16
     kernels = {}
-    for rows in (5_000, 20_000) if quick else TABLE_ROWS:
-        indptr, cols = rmat_block(rows, 50_000 if quick else BLOCK_EDGES, seed=1)
+    _, tables, edges = graph_sizes(quick)
+    for rows in tables:
+        indptr, cols = rmat_block(rows, edges, seed=1)
         x = rng.standard_normal((rows, width), dtype=np.float32)
         gathered = np.empty((len(cols), width), np.float32)
         out = np.empty((len(indptr) - 1, width), np.float32)
