@@ -100,9 +100,9 @@ def _edge_table(device, name, curve, width, rows):
     smallest edge table calibrated: between the node tables' take curve at its largest
     table and edge_take at its smallest, log-linear in the rows (below, the take curve)."""
     nodes = device.curves.get(name.replace("edge_take", "take"))
-    low, high = (nodes.rows[-1] if nodes else 0), curve.rows[0]
-    if nodes is None or rows >= high:
+    if nodes is None or rows >= curve.rows[0]:
         return curve(width, rows)
+    low, high = nodes.rows[-1], curve.rows[0]
     if rows <= low:
         return nodes(width, rows)
     t = np.log(rows / low) / np.log(high / low)
