@@ -80,6 +80,38 @@ def test_gat_layer_step_keeps_group_only_edge_values_in_csr_order():
     assert "[p0:p1] = " in source and "in_pos" in source and "K.by_head(" in source
 
 
+def test_block_values_are_written_into_one_workspace_made_at_bind():
+    """No statement inside a group's block loop makes a new array for a block value, and
+    the workspace holds the longest block: here a hub with more in-edges than a block's
+    budget allows, so its block is longer than the others."""
+    rng = np.random.default_rng(4)
+    n = 60
+    src = np.concatenate([rng.integers(0, n, 300), np.arange(n), np.arange(n)])
+    dst = np.concatenate([rng.integers(0, n, 300), np.zeros(2 * n, np.int64)])
+    g = ng.Graph.from_edges(src, dst, n)
+    layer = nn.GATConv(4, 3, 2, attn_drop=0.5, seed=0, dtype=np.float64)
+    x = ng.placeholder((n, 4), dtype=np.float64, name="x")
+    rst = layer(g, x, training=True)
+    loss = ng.sum(rst * rst)
+    results = [rst, loss] + ng.grad(loss, layer.parameters())
+    xv = rng.normal(size=x.shape)
+    fused, comp = run(results, [x], [xv], fusion_block_bytes=2048)
+    plain, _ = run(results, [x], [xv], fusion=False)
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    source = comp.source
+    assert source.count("workspace = np.empty(") == 1
+    loops = []
+    for line in source.splitlines():
+        if line.lstrip().startswith("for v0, v1, p0, p1"):
+            loops.append([])
+        elif loops and line.startswith(" " * 12):
+            loops[-1].append(line)
+    assert len(loops) == len(comp.fusion_groups)
+    assert not any("np.empty(" in line for loop in loops for line in loop)
+    assert any("out=w_" in line for loop in loops for line in loop)
+
+
 def test_gat_forward_prints_two_fused_groups_around_the_dense_transform():
     g = random_graph(np.random.default_rng(2))
     x = ng.placeholder((g.num_nodes, 4), name="x")

@@ -163,6 +163,12 @@ def _view(buffer, shape):
     return buffer[:int(np.prod(shape))].reshape(shape)
 
 
+def take_rows(x, ids, workspace):
+    """x's rows `ids`, as a fused group takes them: into its workspace, unchecked (with
+    mode="raise", np.take with `out=` buffers its copy: twice the time)."""
+    return np.take(x, ids, axis=0, mode="clip", out=_view(workspace, (len(ids),) + x.shape[1:]))
+
+
 def graph_timings(quick, rng):
     """{(primitive, table rows, width): (function, items)}: the graph primitives at each
     measured width and table size, on scratch buffers shared between widths."""
@@ -171,6 +177,7 @@ def graph_timings(quick, rng):
     top = widths[-1]
     timings = {}
     result, scratch = (np.empty(max(tables) * top, np.float32) for _ in range(2))
+    taken = np.empty(block * top, np.float32)     # a block's rows, as a group's workspace
     for rows, csr in [(rows, csr) for rows in tables for csr in ("in", "out")]:
         # Source-parallel groups read the out-CSR's columns ("out_" curves).
         indptr, cols = rmat_block(rows, block, seed=1, csr=csr)
@@ -188,10 +195,8 @@ def graph_timings(quick, rng):
                     lambda x=x, i=exchanged, r=received: x.__setitem__(i, r), len(exchanged))
             out = _view(result, (n_v, w))
             blocks = alone_blocks(indptr, w, quick)
-            # As the generated code takes rows: into a new array (np.take with `out=`
-            # buffers its copy, twice the time).
             timings[prefix + "take", rows, w] = (
-                lambda x=x, c=cols, b=blocks: [np.take(x, c[p0:p1], axis=0)
+                lambda x=x, c=cols, b=blocks: [take_rows(x, c[p0:p1], taken)
                                                for _, _, p0, p1 in b], n_e)
             timings[prefix + "spmm", rows, w] = (
                 lambda x=x, o=out, p=indptr, c=cols, b=blocks: [
@@ -218,7 +223,8 @@ def graph_timings(quick, rng):
                     for v0, v1, p0, p1 in b], n_e)
         timings["fancy", rows, w] = (lambda v=edge_rows: v[order], n_e)
         timings["take_sorted", rows, w] = (
-            lambda x=x, b=blocks: [np.take(x, ends[p0:p1], axis=0) for _, _, p0, p1 in b], n_e)
+            lambda x=x, b=blocks: [take_rows(x, ends[p0:p1], taken) for _, _, p0, p1 in b],
+            n_e)
         timings["row_sum", rows, w] = (
             lambda x=x, r=reduced: np.einsum("ab->a", x, out=r), rows)
         timings["column_sum", rows, w] = (
@@ -242,9 +248,9 @@ def busy_blocks(quick, rng):
     primitives timed statement by statement in a busy block loop, written as the NumPy
     transformer writes a group with edge values (ngnn.transformers.numpy.fused): each
     block of vertices of an R-MAT CSR takes its edges' rows by the other end (at random)
-    and by its own (in order) into new arrays, adds them, reduces them by segment and runs
-    the sparse products, in blocks of the group's byte budget. Each primitive then finds
-    the cache, the TLB and the allocator as a group's other statements leave them: a
+    and by its own (in order) into its workspace, adds them, reduces them by segment and
+    runs the sparse products, in blocks of the group's byte budget. Each primitive then
+    finds the cache and the TLB as a group's other statements leave them: a
     random row read of a block ran 3 to 4 times slower there than in a loop of its own,
     its table moved out of the core's cache between blocks. The per-head product is
     "gather_sum_heads" (attention groups are busy ones); "edge_take" reads rows of a
@@ -269,6 +275,8 @@ def busy_blocks(quick, rng):
                 if edge_values is not None and w <= HEADS else None
             blocks = blocks_of(indptr, max(block_budget(quick) // (BUSY_ARRAYS * 4 * w), 1))
             outputs = (np.empty((n_v, w), np.float32), np.empty((n_v, HEADS, w), np.float32))
+            longest = max(p1 - p0 for _, _, p0, p1 in blocks)
+            workspace = [np.empty(longest * w, np.float32) for _ in range(BUSY_ARRAYS)]
             timed = [name for name in BUSY_STATEMENTS if name and
                      (heads is not None or name != "gather_sum_heads") and
                      (stored is not None or name != "edge_take") and
@@ -276,7 +284,7 @@ def busy_blocks(quick, rng):
             for round_ in range(BUSY_ROUNDS + 1):
                 flush_cache()
                 took = _run_busy(K, x, heads, weight, stored, eids, indptr, cols, blocks,
-                                 *outputs, segments=csr == "in")
+                                 *outputs, workspace, segments=csr == "in")
                 for name, seconds in zip(BUSY_STATEMENTS, took):
                     if not round_ or name not in timed:
                         continue
@@ -289,7 +297,7 @@ def busy_blocks(quick, rng):
 
 
 def _run_busy(K, x, heads, weight, stored, eids, indptr, cols, blocks, out, out_heads,
-              segments):
+              workspace, segments):
     """Seconds of each of BUSY_STATEMENTS over `blocks` of a CSR (`segments`: with the
     segment reductions, else those are skipped)."""
     clock = time.perf_counter
@@ -299,12 +307,11 @@ def _run_busy(K, x, heads, weight, stored, eids, indptr, cols, blocks, out, out_
         times = [clock()]
         ends = K.segment_ids(seg, v0)
         times.append(clock())
-        a = np.take(x, c, axis=0)
+        a = take_rows(x, c, workspace[0])
         times.append(clock())
-        b = np.take(x, ends, axis=0)
+        b = take_rows(x, ends, workspace[1])
         times.append(clock())
-        s = np.empty_like(a)
-        np.add(a, b, out=s)
+        s = np.add(a, b, out=_view(workspace[2], a.shape))
         times.append(clock())
         if segments:
             K.segment_reduce(s, seg, "max", out[v0:v1])

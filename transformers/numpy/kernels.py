@@ -331,12 +331,13 @@ def in_csr_positions(graph):
     return cache["out"]
 
 
-def segment_softmax(values, seg):
-    """Stable softmax over each segment of sorted edge rows."""
+def segment_softmax(values, seg, out):
+    """Stable softmax over each segment of sorted edge rows, into `out`."""
     shape = (len(seg) - 1,) + values.shape[1:]
     local = segment_ids(seg, 0)
     peak = segment_reduce(values, seg, "max", np.empty(shape, values.dtype))
-    out = np.exp(values - np.take(peak, local, axis=0))
+    np.subtract(values, np.take(peak, local, axis=0), out=out)
+    np.exp(out, out=out)
     total = segment_reduce(out.astype(np.float64), seg, "sum", np.empty(shape, np.float64))
     out /= np.take(total, local, axis=0).astype(out.dtype)   # summed wide as edge_softmax's
     return out

@@ -191,6 +191,10 @@ class ModuleWriter:
                  "from ngnn.transformers.numpy import kernels as K",
                  "", "",
                  "def bind(buffers, variables, constants, graphs, ops):"]
+        workspace = max((w.workspace_bytes for w in self.writers.values()), default=0)
+        if workspace:
+            lines.append(f"    workspace = np.empty({workspace}, np.uint8)  "
+                         "# the fused groups' block values (fused.py)")
         lines += ["    " + line for line in self.bind_lines]
         lines += ["", f"    def {function}({', '.join(params)}):"]
         lines += ["        " + line for line in self.body + self.deferred]
