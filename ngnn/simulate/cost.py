@@ -160,9 +160,10 @@ def step_cost(step, device, topology, rank=0, views=(), plan=None):
     return cost
 
 
-def work(op, device, topology, rank=0, views=(), plan=None):
+def work(op, device, topology, rank=0, views=(), plan=None, per_call=None):
     """The cost of the work of one op, without the call overheads. `plan`: the NumPy
-    transformer's view of the computation (`NumPyPlan`), whose kernels it prices."""
+    transformer's view of the computation (`NumPyPlan`), whose kernels it prices;
+    `per_call`: the rows one call of an element-wise op runs over (a fused block's)."""
     if isinstance(op, LEAVES):
         return Cost(kind="view", calls=0)
     if op in views:                          # one statement binding a view
@@ -192,13 +193,17 @@ def work(op, device, topology, rank=0, views=(), plan=None):
     if isinstance(op, Assign):
         moved = 2 * nbytes(op.args[-1])
         return Cost(moved / device.memory_bandwidth, 0, moved)
-    return elementwise(op, device)
+    return elementwise(op, device, per_call=per_call)
 
 
-def elementwise(op, device, rows=None):
+def elementwise(op, device, rows=None, per_call=None):
     """An op's NumPy template over `rows` of its rows (default all): each NumPy function
-    in it at its calibrated cost per element, else one pass over the operands each."""
+    in it at its calibrated cost per element, else one pass over the operands each. The
+    functions' curves are read at the elements of one call: `per_call` rows (a fused
+    block's, whose arrays the cache holds), else all of them."""
     fraction = 1.0 if rows is None or not op.shape else rows / max(op.shape[0], 1)
+    called = 1.0 if per_call is None or not op.shape else \
+        min(per_call / max(op.shape[0], 1), 1.0)
     template = op.numpy if isinstance(getattr(op, "numpy", None), str) else ""
     if isinstance(op, OneHot):
         template = "np.equal("
@@ -209,11 +214,12 @@ def elementwise(op, device, rows=None):
                                             default=0))
     moved = fraction * (nbytes(op) + sum(nbytes(a) for a in op.args if not a.is_sparse))
     if device.curves and functions and all(f in device.curves for f in functions):
-        slowest = [device.curves[f"np.multiply@{kind}"](1, elements)
+        call = called * elements
+        slowest = [device.curves[f"np.multiply@{kind}"](1, call)
                    for kind, applies in (("trailing", trailing_broadcast(op)),
                                          ("cast", mixed_dtypes(op)))
                    if applies and f"np.multiply@{kind}" in device.curves]
-        seconds = sum(max([device.curves[f](1, elements)] + slowest) for f in functions)
+        seconds = sum(max([device.curves[f](1, call)] + slowest) for f in functions)
         return Cost(seconds * elements, elements, len(functions) * moved)
     calls = max(1, len(functions))
     heavy = sum(template.count(name) for name in TRANSCENDENTAL)
@@ -269,19 +275,20 @@ def dropout(op, device, masks=None):
     return Cost(draws / device.dropout_rate, draws, moved)
 
 
-def numpy_function(device, name, elements, moved):
-    """`elements` of NumPy function `name` at its calibrated cost per element, else
-    `moved` bytes at the memory bandwidth (no statement of its own)."""
+def numpy_function(device, name, elements, moved, per_call=None):
+    """`elements` of NumPy function `name` at its calibrated cost per element (in calls
+    of `per_call` elements, default all), else `moved` bytes at the memory bandwidth (no
+    statement of its own)."""
     curve = device.curves.get(name)
-    seconds = elements * curve(1, elements) if curve is not None else \
+    seconds = elements * curve(1, per_call or elements) if curve is not None else \
         moved / device.memory_bandwidth
     return Cost(seconds, elements, moved, calls=0)
 
 
-def apply_keep(device, elements):
+def apply_keep(device, elements, per_call=None):
     """x * scale * keep (kernels.apply_keep): a multiply, and one by a mask of bytes."""
-    return numpy_function(device, "np.multiply", elements, 12 * elements) + \
-        numpy_function(device, "np.multiply@cast", elements, 6 * elements)
+    return numpy_function(device, "np.multiply", elements, 12 * elements, per_call) + \
+        numpy_function(device, "np.multiply@cast", elements, 6 * elements, per_call)
 
 
 def keep_bits(device, op, masks):

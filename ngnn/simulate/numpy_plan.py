@@ -154,12 +154,12 @@ class Block:
                 heads = row_elements(op)
                 keep = self.blocked("edge_take", rows, heads / 4, rows * min(heads / 4, 1),
                                     blocks)
-            scale = apply_keep(device, elements)
+            scale = apply_keep(device, elements, elements / blocks)
             scale.calls = 3 * blocks
             return reads + keep + scale
         if _is_view_template(op):
             return Cost(calls=blocks)
-        cost = work(op, device, None)
+        cost = work(op, device, None, per_call=self.rows(op) / blocks)
         cost.calls = blocks
         return reads + cost
 
