@@ -59,23 +59,29 @@ def test_gat_step_fused_equals_unfused(options):
     assert np.all(fused[0][-5:] == 0)                  # no in-edges: exactly zero
 
 
-def test_gat_layer_step_keeps_group_only_edge_values_in_csr_order():
-    """nn.GATConv with attention dropout: the edge values only groups read are stored in
-    in-CSR order (slices in destination-parallel groups, one permutation in
-    source-parallel ones), the weighted sums run as per-head products, and the step
-    equals the unfused one."""
-    rng = np.random.default_rng(2)
-    g = random_graph(rng)
+def gat_layer_step_fused_equals_unfused(g, rng, block_bytes):
+    """A training step of nn.GATConv with attention dropout on `g`, fused in blocks of
+    `block_bytes`, checked against the unfused step; returns the fused computation."""
     layer = nn.GATConv(4, 3, 2, attn_drop=0.5, seed=0, dtype=np.float64)
     x = ng.placeholder((g.num_nodes, 4), dtype=np.float64, name="x")
     rst = layer(g, x, training=True)
     loss = ng.sum(rst * rst)
     results = [rst, loss] + ng.grad(loss, layer.parameters())
     xv = rng.normal(size=x.shape)
-    fused, comp = run(results, [x], [xv], fusion_block_bytes=512)
+    fused, comp = run(results, [x], [xv], fusion_block_bytes=block_bytes)
     plain, _ = run(results, [x], [xv], fusion=False)
     for a, b in zip(fused, plain):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    return comp
+
+
+def test_gat_layer_step_keeps_group_only_edge_values_in_csr_order():
+    """nn.GATConv with attention dropout: the edge values only groups read are stored in
+    in-CSR order (slices in destination-parallel groups, one permutation in
+    source-parallel ones), the weighted sums run as per-head products, and the step
+    equals the unfused one."""
+    rng = np.random.default_rng(2)
+    comp = gat_layer_step_fused_equals_unfused(random_graph(rng), rng, 512)
     source = comp.source
     assert "[p0:p1] = " in source and "in_pos" in source and "K.by_head(" in source
 
@@ -88,17 +94,7 @@ def test_block_values_are_written_into_one_workspace_made_at_bind():
     n = 60
     src = np.concatenate([rng.integers(0, n, 300), np.arange(n), np.arange(n)])
     dst = np.concatenate([rng.integers(0, n, 300), np.zeros(2 * n, np.int64)])
-    g = ng.Graph.from_edges(src, dst, n)
-    layer = nn.GATConv(4, 3, 2, attn_drop=0.5, seed=0, dtype=np.float64)
-    x = ng.placeholder((n, 4), dtype=np.float64, name="x")
-    rst = layer(g, x, training=True)
-    loss = ng.sum(rst * rst)
-    results = [rst, loss] + ng.grad(loss, layer.parameters())
-    xv = rng.normal(size=x.shape)
-    fused, comp = run(results, [x], [xv], fusion_block_bytes=2048)
-    plain, _ = run(results, [x], [xv], fusion=False)
-    for a, b in zip(fused, plain):
-        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    comp = gat_layer_step_fused_equals_unfused(ng.Graph.from_edges(src, dst, n), rng, 2048)
     source = comp.source
     assert source.count("workspace = np.empty(") == 1
     loops = []
