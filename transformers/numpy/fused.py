@@ -13,9 +13,9 @@ again (a GAT attention group ran 2 to 6 times slower in blocks of 2 MiB arrays).
 """
 import numpy as np
 
-from . import kernels as K
-
 from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply
+
+from . import kernels as K
 
 DEFAULT_BLOCK_BYTES = 8 << 20     # edge intermediates of one block: a few MiB, near cache size
 
