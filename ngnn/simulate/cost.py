@@ -202,8 +202,6 @@ def elementwise(op, device, rows=None, per_call=None):
     functions' curves are read at the elements of one call: `per_call` rows (a fused
     block's, whose arrays the cache holds), else all of them."""
     fraction = 1.0 if rows is None or not op.shape else rows / max(op.shape[0], 1)
-    called = 1.0 if per_call is None or not op.shape else \
-        min(per_call / max(op.shape[0], 1), 1.0)
     template = op.numpy if isinstance(getattr(op, "numpy", None), str) else ""
     if isinstance(op, OneHot):
         template = "np.equal("
@@ -214,7 +212,8 @@ def elementwise(op, device, rows=None, per_call=None):
                                             default=0))
     moved = fraction * (nbytes(op) + sum(nbytes(a) for a in op.args if not a.is_sparse))
     if device.curves and functions and all(f in device.curves for f in functions):
-        call = called * elements
+        call = elements if per_call is None or not op.shape else \
+            elements * min(per_call / max(op.shape[0], 1), 1.0)
         slowest = [device.curves[f"np.multiply@{kind}"](1, call)
                    for kind, applies in (("trailing", trailing_broadcast(op)),
                                          ("cast", mixed_dtypes(op)))

@@ -83,16 +83,16 @@ class FusedGroupWriter:
         self.scratch["w" + name[1:]] = (rows, op.shape, op.dtype)
         return f"w{name[1:]}[:{rows}]"
 
-    def workspace_lines(self):
-        """The group's workspace arrays, laid out one after another (64-byte aligned)."""
+    def workspace_layout(self):
+        """Lines making the group's workspace arrays, laid out one after another (64-byte
+        aligned), and the bytes they span."""
         most, lines, offset = self.block_rows(), [], 0
         for name, (rows, shape, dtype) in self.scratch.items():
             full = (most[rows],) + tuple(shape[1:])
             lines.append(f"    {name} = K.view(workspace[{offset}:], {full}, np.{dtype.name})")
             nbytes = int(np.prod(full, dtype=np.int64)) * dtype.itemsize
             offset += -(-nbytes // 64) * 64
-        self.workspace_bytes = offset
-        return lines
+        return lines, offset
 
     def edge_block_limit(self):
         """Edges per block so that one block's edge intermediates, and the rows it reads of
@@ -166,7 +166,7 @@ class FusedGroupWriter:
         for op in group.outputs:
             if not (isinstance(op, Aggregate) and op.at == end):
                 lines.append(f"        {self.stored_rows(op)} = {local[op]}")
-        lines[2:2] = self.workspace_lines()
+        lines[2:2], self.workspace_bytes = self.workspace_layout()
         return lines, f"{group.name}({', '.join(params)})"
 
     def product_source(self, x, weight):
