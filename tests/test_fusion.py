@@ -1,4 +1,6 @@
 """Fusion, recompute-or-materialize and whole-step buffer sharing preserve results."""
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -107,6 +109,50 @@ def test_block_values_are_written_into_one_workspace_made_at_bind():
     assert not any("np.empty(" in line for loop in loops for line in loop)
     assert any("out=w_" in line for loop in loops for line in loop)
 
+
+BLOCK_BOUNDS = {"eids", "src", "dst", "seg", "in_pos", "n_e", "n_v"}
+
+
+def block_loops(source):
+    """[(the names a block loop assigns before its statements, its statements' text)] of
+    a generated module."""
+    loops = []
+    for line in source.splitlines():
+        if line.lstrip().startswith("for v0, v1, p0, p1"):
+            loops.append(([], []))
+        elif loops and line.startswith(" " * 12):
+            header, body = loops[-1]
+            targets = set(re.findall(r"\w+", line.split(" = ")[0]))
+            if not body and targets <= BLOCK_BOUNDS:
+                header += targets
+            else:
+                body.append(line)
+    return [(header, "\n".join(body)) for header, body in loops]
+
+
+def test_a_block_names_only_what_its_statements_read():
+    """A block loop's bounds are the names its statements use: a GCN step's sparse
+    products read no edge ids and make no vertex id per edge (K.segment_ids), a GAT
+    step's attention groups make them for their gathers by destination; both steps equal
+    their unfused ones."""
+    rng = np.random.default_rng(5)
+    g = random_graph(rng)
+    x = ng.placeholder((g.num_nodes, 6), dtype=np.float64, name="x")
+    layer = nn.GCNConv(6, 3, seed=0, dtype=np.float64)
+    loss = ng.sum(layer(g, x) ** 2)
+    results = [loss] + ng.grad(loss, layer.parameters())
+    xv = rng.normal(size=x.shape)
+    fused, gcn = run(results, [x], [xv])
+    for a, b in zip(fused, run(results, [x], [xv], fusion=False)[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    gat = gat_layer_step_fused_equals_unfused(g, rng, 2048)
+    for comp in (gcn, gat):
+        loops = block_loops(comp.source)
+        assert len(loops) == len(comp.fusion_groups)
+        for header, body in loops:
+            assert header and all(re.search(rf"\b{name}\b", body) for name in header)
+    assert "K.segment_ids" not in gcn.source and "eids" not in gcn.source
+    assert "dst = K.segment_ids(seg, v0)" in gat.source
 
 def test_gat_forward_prints_two_fused_groups_around_the_dense_transform():
     g = random_graph(np.random.default_rng(2))

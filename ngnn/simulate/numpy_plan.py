@@ -72,8 +72,11 @@ class NumPyPlan:
                  if isinstance(op, Dropout)}
         for op in masks.values():
             cost = cost + keep_bits(device, op, self.masks)
-        # Per block: edge ids, the other ends and segment bounds (views), segment ids.
-        cost = cost + Cost(edges / device.repeat_rate, 0, 16 * edges, calls=6 * blocks)
+        # Per block: edge ids, the other ends and segment bounds (views); the own ends'
+        # vertex ids where a gather reads them (K.segment_ids).
+        cost = cost + Cost(calls=3 * blocks)
+        if writer.reads_own_ends(skipped):
+            cost = cost + Cost(edges / device.repeat_rate, 0, 16 * edges, calls=3 * blocks)
         for op in group.ops:
             if op not in skipped:
                 cost = cost + context.member(op, products)
