@@ -216,7 +216,8 @@ def test_calibrate_and_simulate_commands(tmp_path, capsys):
     # rows of stored edge values from tables EDGES_PER_ROW times the node tables.
     for name in ("take_busy", "out_take_busy", "take_sorted_busy", "segment_busy",
                  "segment_sum_busy", "spmm_busy", "out_spmm_busy", "gather_sum_heads",
-                 "out_gather_sum_heads", "edge_take_busy", "segment_sum", "take_sorted"):
+                 "out_gather_sum_heads", "gather_sum_heads_short",
+                 "out_gather_sum_heads_short", "edge_take_busy", "segment_sum", "take_sorted"):
         assert min(min(row) for row in measured.curves[name].seconds) > 0, name
     assert "out_segment_busy" not in measured.curves
     edges_per_row = simulate.calibration.EDGES_PER_ROW
@@ -415,6 +416,38 @@ def test_a_block_with_edge_arrays_reads_the_busy_curves():
         transformer.close()
     assert busy_groups["gcn"] and not any(busy_groups["gcn"])
     assert any(busy_groups["gat"])
+
+
+def test_a_per_head_product_is_priced_by_the_length_of_its_blocks():
+    """An attention group's per-head product costs what calibration measured in blocks
+    as long as its own: the busy blocks' figure in blocks of busy_block_edges, the short
+    blocks' in blocks SHORT_BLOCKS times shorter, log-linear between and held outside."""
+    from ngnn import transformers as ngt
+    from ngnn.simulate.calibration import SHORT_BLOCKS, busy_block_edges
+    from ngnn.simulate.numpy_plan import Block, NumPyPlan
+    long_, short = simulate.Curve([1], [8], [[1e-9]]), simulate.Curve([1], [8], [[4e-9]])
+    device = simulate.Device(**DEVICE, curves={"gather_sum_heads": long_,
+                                               "out_gather_sum_heads": long_,
+                                               "gather_sum_heads_short": short,
+                                               "out_gather_sum_heads_short": short})
+    args = make_parser().parse_args(["bench", "--model", "gat", *SBM])
+    _fill_defaults(args)
+    transformer = ngt.make_transformer("numpy")
+    trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
+    trainer.train_step.transform()
+    plan = NumPyPlan(trainer.train_step)
+    writer = next(iter(plan.writers.values()))
+    transformer.close()
+    width, blocks = 8, 4
+    longest = busy_block_edges(width)
+    per_edge = {}
+    for edges_per_block in (4 * longest, longest, longest / SHORT_BLOCKS ** 0.5,
+                            longest / SHORT_BLOCKS, longest / SHORT_BLOCKS / 4):
+        block = Block(plan, writer, device, blocks, set())
+        edges = edges_per_block * blocks
+        per_edge[edges_per_block] = block.heads_product(edges, 8, width, 100).seconds / \
+            (8 * edges)
+    assert list(per_edge.values()) == pytest.approx([1e-9, 1e-9, 2e-9, 4e-9, 4e-9])
 
 
 def test_a_table_written_shortly_before_is_read_warm():

@@ -184,9 +184,8 @@ class Block:
                 return data + mean + self.blocked(self.columns("spmm"), edges, width,
                                                   x.shape[0], 2 * blocks, x)
             if self.columns("gather_sum_heads") in device.curves:
-                return data + mean + self.blocked(self.columns("gather_sum_heads"),
-                                                  edges * heads, width / heads, x.shape[0],
-                                                  blocks * (3 + 2 * heads))
+                return data + mean + self.heads_product(edges, heads, width / heads,
+                                                        x.shape[0])
             fill = passes(device, 0, out, calls=blocks * heads)
             product = self.blocked(self.columns("spmm"), edges * heads, width / heads,
                                    x.shape[0] * heads, blocks * heads)
@@ -194,6 +193,21 @@ class Block:
             data = data + Cost(moved / device.transpose_rate, 0, moved, calls=3 * blocks)
             return data + fill + product + mean
         return self.read(op.args[0], op) + self.segment(op.reduce, width, op.args[0]) + mean
+
+    def heads_product(self, edges, heads, width, rows):
+        """K.gather_sum per head as calibrated whole, in blocks of busy_block_edges(width)
+        edges, and alone in blocks SHORT_BLOCKS times shorter: this group's blocks priced
+        between the two, log-linearly in the edges a block holds."""
+        from .calibration import SHORT_BLOCKS, busy_block_edges
+        name = self.columns("gather_sum_heads")
+        cost = self.blocked(name, edges * heads, width, rows, self.blocks * (3 + 2 * heads))
+        if name + "_short" in self.device.curves:
+            shorter = np.log(busy_block_edges(width) * self.blocks / edges) / \
+                np.log(SHORT_BLOCKS)
+            slower = self.device.curves[name + "_short"](width, rows) / \
+                self.device.curves[name](width, rows)
+            cost.seconds *= slower ** float(np.clip(shorter, 0, 1))
+        return cost
 
     def segment(self, reduce, width, values=None):
         """K.segment_reduce over the block's edges, `width` float32s a row, of `values`."""

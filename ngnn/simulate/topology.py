@@ -92,7 +92,7 @@ SHARED_CURVES = ("take", "edge_take", "spmm", "gather_sum_heads", "pick", "place
 
 def reads_shared_cache(name):
     base = name[len("out_"):] if name.startswith("out_") else name
-    return base.removesuffix("_busy") in SHARED_CURVES
+    return base.removesuffix("_busy").removesuffix("_short") in SHARED_CURVES
 
 
 def _interpolate(points, values, at):
