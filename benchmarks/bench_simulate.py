@@ -17,7 +17,11 @@ measured step over all passes is this machine's figure (calibration keeps the be
 rounds, and of the passes, too); the median is printed beside it to show the load. Prints a markdown table, the mean
 absolute percentage error, the largest error, and Kendall's tau between the predicted and
 the measured rankings; then, for single-process steps, each graph op's (fused group's)
-predicted time against its fastest measured time (the generated code timed line by line).
+predicted time against its fastest measured time (the generated code timed line by line),
+and beside it the median over passes of each pass's prediction, on that pass's own
+calibration, against that pass's measurement: the two sides of a pass are minutes apart,
+while the fastest of each side may come from different moments of a machine whose speed
+drifts.
 """
 import os
 
@@ -167,33 +171,36 @@ def main():
     print(f"BLAS threads per process: {simulate.calibration.blas_threads()}; load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
     if args.load:
-        measured, per_op, profiles = load_runs(args.load)
+        measured, per_op, profiles, paired = load_runs(args.load)
         configurations = [c for c in configurations if c in measured]
         if args.profile:
             profiles = [simulate.Topology.load(path) for path in args.profile]
+            paired = []
     else:
-        measured, per_op, profiles = measure_all(args, configurations)
+        measured, per_op, profiles, paired = measure_all(args, configurations)
         if args.save:
-            save_run(args.save, measured, per_op, profiles)
+            save_run(args.save, measured, per_op, profiles, paired)
     merge = simulate.calibration.median_of if args.merge == "median" else \
         simulate.calibration.best_of
-    predict_all(configurations, measured, per_op, merge(*profiles))
+    predict_all(configurations, measured, per_op, merge(*profiles), paired)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
-def save_run(path, measured, per_op, profiles):
+def save_run(path, measured, per_op, profiles, paired):
     from ngnn.files import write_atomically
     text = json.dumps({"measured": [list(k) + [m, medians] for k, (m, medians) in
                                     measured.items()],
                        "per_op": [list(k) + [v] for k, v in per_op.items()],
-                       "profiles": [p.to_dict() for p in profiles]})
+                       "profiles": [p.to_dict() for p in profiles],
+                       "paired": [[p.to_dict(), [list(k) + [v] for k, v in ops.items()]]
+                                  for p, ops in paired]})
     write_atomically(path, text.encode())
 
 
 def load_runs(paths):
     """The measurements and profiles of several --save files merged: the fastest of each
     figure, every median, every profile."""
-    measured, per_op, profiles = {}, {}, []
+    measured, per_op, profiles, paired = {}, {}, [], []
     for path in paths:
         with open(path) as f:
             data = json.load(f)
@@ -205,12 +212,15 @@ def load_runs(paths):
             key = tuple(row[:3])
             per_op[key] = min(per_op.get(key, float("inf")), row[3])
         profiles += [simulate.Topology.from_dict(p) for p in data["profiles"]]
-    return measured, per_op, profiles
+        paired += [(simulate.Topology.from_dict(p), {tuple(row[:3]): row[3] for row in ops})
+                   for p, ops in data.get("paired", [])]
+    return measured, per_op, profiles, paired
 
 
 def measure_all(args, configurations):
-    measured, profiles, per_op = {}, [], {}
+    measured, profiles, per_op, per_pass = {}, [], {}, []
     for done in range(args.passes):
+        per_pass.append({})
         if args.profile:
             profiles = [simulate.Topology.load(path) for path in args.profile]
         else:
@@ -226,6 +236,7 @@ def measure_all(args, configurations):
                 for name, seconds in ops:
                     key = (model, nodes, name)
                     per_op[key] = min(per_op.get(key, float("inf")), seconds)
+                    per_pass[-1][key] = seconds
             else:
                 runs = [measure_ranks(model, nodes, parts, policy, args.steps)
                         for _ in range(args.runs)]
@@ -236,7 +247,9 @@ def measure_all(args, configurations):
             print(f"  {model} R-MAT {nodes}, {parts} rank(s) {policy}: fastest {1e3 * m:.1f} "
                   f"ms, median {1e3 * median:.1f} ms, load average "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
-    return measured, per_op, profiles
+    # Each pass's own calibration beside its own measurements (when it calibrated).
+    paired = [] if args.profile else list(zip(profiles, per_pass))
+    return measured, per_op, profiles, paired
 
 
 def dataset_of(model, nodes, held):
@@ -248,14 +261,16 @@ def dataset_of(model, nodes, held):
     return held[model, nodes]
 
 
-def predict_all(configurations, measured, per_op, topology):
+def predict_all(configurations, measured, per_op, topology, paired=()):
     rows, op_rows = [], []
     data = {}
     for model, nodes, parts, policy in configurations:
         graph = dataset_of(model, nodes, data)
         if parts == 1:
-            p, ops = predict_single(model, nodes, topology, graph)
-            op_rows += [(model, nodes, name, ops[name], seconds)
+            (p, ops), *by_pass = predict_single(model, nodes,
+                                                [topology] + [t for t, _ in paired], graph)
+            op_rows += [(model, nodes, name, ops[name], seconds,
+                         paired_error(name, (model, nodes, name), by_pass, paired))
                         for (m_, n_, name), seconds in per_op.items()
                         if (m_, n_) == (model, nodes)]
         else:
@@ -265,13 +280,23 @@ def predict_all(configurations, measured, per_op, topology):
     report(rows, op_rows)
 
 
-def predict_single(model, nodes, topology, data):
-    """(step seconds, {step name: seconds}) predicted for one process."""
+def predict_single(model, nodes, topologies, data):
+    """[(step seconds, {step name: seconds})] predicted for one process on each of
+    `topologies`."""
     args = cli_args(model, nodes)
     trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
-    prediction = simulate.predict(trainer.train_step, topology)
+    predictions = [simulate.predict(trainer.train_step, t) for t in topologies]
     trainer.transformer.close()
-    return prediction.step_time, {step.name: step.seconds for step in prediction.ops}
+    return [(p.step_time, {step.name: step.seconds for step in p.ops}) for p in predictions]
+
+
+def paired_error(name, key, by_pass, paired):
+    """The median over passes of a graph op's error predicted on the pass's own
+    calibration against the pass's own measurement, minutes apart: the machine's speed
+    drifts over a run, and each pass's two sides share its moment (None without passes)."""
+    errors = [ops[name] / measured[key] - 1 for (_, ops), (_, measured) in zip(by_pass, paired)
+              if key in measured]
+    return float(np.median(errors)) if errors else None
 
 
 def report(rows, op_rows):
@@ -288,15 +313,21 @@ def report(rows, op_rows):
           f"Kendall tau {tau:.2f} over {len(rows)} configurations")
     if op_rows:
         print("\n| model | R-MAT nodes | graph op (fused group) | predicted (ms) | measured, "
-              "fastest (ms) | error |")
-        print("|---|---:|---|---:|---:|---:|")
-        for model, nodes, name, p, m in op_rows:
+              "fastest (ms) | error | each pass on its own calibration, median error |")
+        print("|---|---:|---|---:|---:|---:|---:|")
+        for model, nodes, name, p, m, paired in op_rows:
             print(f"| {model} | {nodes} | {name} | {1e3 * p:.2f} | {1e3 * m:.2f} | "
-                  f"{100 * (p - m) / m:+.1f}% |")
-        op_errors = [abs(p - m) / m for *_, p, m in op_rows]
+                  f"{100 * (p - m) / m:+.1f}% | "
+                  f"{'-' if paired is None else f'{100 * paired:+.1f}%'} |")
+        op_errors = [abs(p - m) / m for *_, p, m, _ in op_rows]
         print(f"\ngraph ops: mean absolute error {100 * np.mean(op_errors):.1f}%, largest "
               f"{100 * max(op_errors):.1f}%, within 20%: "
               f"{sum(e <= 0.2 for e in op_errors)} of {len(op_errors)}")
+        paired = [abs(e) for *_, e in op_rows if e is not None]
+        if paired:
+            print(f"each pass on its own calibration (median over passes): mean absolute "
+                  f"error {100 * np.mean(paired):.1f}%, largest {100 * max(paired):.1f}%, "
+                  f"within 20%: {sum(e <= 0.2 for e in paired)} of {len(paired)}")
 
 
 if __name__ == "__main__":
