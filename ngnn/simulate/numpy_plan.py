@@ -31,14 +31,19 @@ class NumPyPlan:
         # steps are priced in order (see cost.keep_bits).
         self.masks = {}
         # The bytes the steps priced so far moved, and that figure when each tensor was
-        # written: how far back in the cache's use a table a group reads lies.
+        # written: how far back in the cache's use a table a group reads lies. A step
+        # writes its outputs through its traffic, interleaved with its reads: on average
+        # half-way through it (so the last C bytes of the step's traffic that an LRU cache
+        # of C bytes holds at its end hold at least half of an output when the step moved
+        # at most 2C).
         self.streamed, self.written = 0.0, {}
         self.is_view = comp.transformer.is_view
 
     def ran(self, step, cost):
-        """Notes a step priced: the tensors it wrote, then the bytes it moved."""
+        """Notes a step priced: the tensors it wrote, half-way through the bytes it
+        moved."""
         for op in step.outputs if is_group(step) else [step]:
-            self.written[op] = self.streamed
+            self.written[op] = self.streamed + cost.bytes / 2
         self.streamed += cost.bytes
 
     def warm(self, op, device):
