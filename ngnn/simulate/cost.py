@@ -206,7 +206,7 @@ def elementwise(op, device, rows=None, per_call=None):
     if isinstance(op, OneHot):
         template = "np.equal("
     functions = FUNCTION.findall(template)
-    if " > " in template:
+    if " > " in template or " < " in template:
         functions.append("np.greater")
     elements = fraction * max(size(op), max((size(a) for a in op.args if not a.is_sparse),
                                             default=0))

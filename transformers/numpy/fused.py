@@ -70,7 +70,9 @@ class FusedGroupWriter:
         self.members = set(group.ops)
         self.E, self.N = group.graph.num_edges, group.graph.num_nodes
         self.csr_ordered = set()      # edge values stored in in-CSR order (csr_ordered_values)
-        self.scratch = {}             # block value name -> (rows, shape, dtype) in the workspace
+        # workspace array name -> (rows, shape, dtype): a block value's ("n_e" or "n_v"
+        # rows, as many as the longest block has), or a whole tensor's (rows None).
+        self.scratch = {}
         self.workspace_bytes = 0
 
     def block_rows(self):
@@ -90,7 +92,7 @@ class FusedGroupWriter:
         aligned), and the bytes they span."""
         most, lines, offset = self.block_rows(), [], 0
         for name, (rows, shape, dtype) in self.scratch.items():
-            full = (most[rows],) + tuple(shape[1:])
+            full = tuple(shape) if rows is None else (most[rows],) + tuple(shape[1:])
             lines.append(f"    {name} = K.view(workspace[{offset}:], {full}, np.{dtype.name})")
             nbytes = int(np.prod(full, dtype=np.int64)) * dtype.itemsize
             offset += -(-nbytes // 64) * 64
@@ -196,11 +198,15 @@ class FusedGroupWriter:
     def product_source(self, x, weight):
         """(name, expression) of the gathered node tensor as a sparse product reads it:
         contiguous rows, or one contiguous matrix per head when the weight scales heads
-        (K.gather_sum). Made once per call, before the blocks."""
+        (K.gather_sum), copied into the workspace. Made once per call, before the blocks."""
         heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+        name = self.names[x]
         if heads == 1:
-            return self.names[x], f"np.ascontiguousarray({self.names[x]})"
-        return f"{self.names[x]}_by_head", f"K.by_head({self.names[x]}, {heads})"
+            return name, f"np.ascontiguousarray({name})"
+        copy = f"w{name[1:]}_by_head"
+        per_head = int(np.prod(x.shape[1:], dtype=np.int64)) // heads
+        self.scratch[copy] = (None, (heads, x.shape[0], per_head), x.dtype)
+        return f"{name}_by_head", f"K.by_head({name}, {heads}, {copy})"
 
     def stored_rows(self, op):
         """The rows of a stored value that this block writes or reads whole."""
