@@ -201,8 +201,8 @@ class Block:
 
     def heads_product(self, edges, heads, width, rows):
         """K.gather_sum per head as calibrated whole, in blocks of busy_block_edges(width)
-        edges, and alone in blocks SHORT_BLOCKS times shorter: this group's blocks priced
-        between the two, log-linearly in the edges a block holds."""
+        edges and in blocks SHORT_BLOCKS times shorter (gather_sum_heads_short): this
+        group's blocks priced between the two, log-linearly in the edges a block holds."""
         from .calibration import SHORT_BLOCKS, busy_block_edges
         name = self.columns("gather_sum_heads")
         cost = self.blocked(name, edges * heads, width, rows, self.blocks * (3 + 2 * heads))
