@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+import ngnn as ng
 from ngnn import simulate
 from ngnn.cli import _fill_defaults, load_dataset, main, make_parser, make_trainer
 from ngnn.distributed.exchange import LONGEST_PAUSE
@@ -448,6 +449,28 @@ def test_a_per_head_product_is_priced_by_the_length_of_its_blocks():
         per_edge[edges_per_block] = block.heads_product(edges, 8, width, 100).seconds / \
             (8 * edges)
     assert list(per_edge.values()) == pytest.approx([1e-9, 1e-9, 2e-9, 4e-9, 4e-9])
+
+
+def test_a_broadcast_multiply_is_priced_at_its_row_length():
+    """NumPy's inner loop over a trailing broadcast is one row: a value times rows of 16
+    costs less an element than times rows of 4 (the calibrated curve across row lengths;
+    past the widest, its widest), and a profile measured at one row length reads that."""
+    by_row = simulate.Curve([1], [4, 16], [[2e-9, 1e-9]])
+    one_row = simulate.Curve([1], [1], [[3e-9]])
+    plain = simulate.Curve([1], [1], [[1e-12]])
+    per_element = {}
+    for label, trailing in (("by row", by_row), ("one row", one_row)):
+        device = simulate.Device(**DEVICE, curves={"np.multiply": plain,
+                                                   "np.multiply@trailing": trailing})
+        for width in (4, 16, 64):
+            x = ng.placeholder((100, width), np.float32)
+            op = x * ng.placeholder((100, 1), np.float32)
+            per_element[label, width] = simulate.cost.elementwise(op, device).seconds / \
+                (100 * width)
+    assert per_element["by row", 4] == pytest.approx(2e-9)
+    assert per_element["by row", 16] == pytest.approx(1e-9)
+    assert per_element["by row", 64] == pytest.approx(1e-9)
+    assert all(per_element["one row", w] == pytest.approx(3e-9) for w in (4, 16, 64))
 
 
 def test_a_table_written_shortly_before_is_read_warm():

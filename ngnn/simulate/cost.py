@@ -214,10 +214,14 @@ def elementwise(op, device, rows=None, per_call=None):
     if device.curves and functions and all(f in device.curves for f in functions):
         call = elements if per_call is None or not op.shape else \
             elements * min(per_call / max(op.shape[0], 1), 1.0)
-        slowest = [device.curves[f"np.multiply@{kind}"](1, call)
-                   for kind, applies in (("trailing", trailing_broadcast(op)),
-                                         ("cast", mixed_dtypes(op)))
-                   if applies and f"np.multiply@{kind}" in device.curves]
+        # A broadcast value's multiply per element, at its row length (NumPy's inner loop
+        # is a row; the widest measured past those), and a mask's cast.
+        slowest = []
+        if trailing_broadcast(op) and "np.multiply@trailing" in device.curves:
+            curve = device.curves["np.multiply@trailing"]
+            slowest.append(curve(min(op.shape[-1], curve.widths[-1]), call))
+        if mixed_dtypes(op) and "np.multiply@cast" in device.curves:
+            slowest.append(device.curves["np.multiply@cast"](1, call))
         seconds = sum(max([device.curves[f](1, call)] + slowest) for f in functions)
         return Cost(seconds * elements, elements, len(functions) * moved)
     calls = max(1, len(functions))
