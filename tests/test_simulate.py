@@ -431,10 +431,8 @@ def test_a_per_head_product_is_priced_by_the_length_of_its_blocks():
                                                "out_gather_sum_heads": long_,
                                                "gather_sum_heads_short": short,
                                                "out_gather_sum_heads_short": short})
-    args = make_parser().parse_args(["bench", "--model", "gat", *SBM])
-    _fill_defaults(args)
     transformer = ngt.make_transformer("numpy")
-    trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
+    trainer = trainer_for("gat", lambda: transformer)
     trainer.train_step.transform()
     plan = NumPyPlan(trainer.train_step)
     writer = next(iter(plan.writers.values()))

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
 from ..passes.buffer_sharing import is_group
+from .calibration import SHORT_BLOCKS, busy_block_edges
 from .cost import (Cost, apply_keep, blocked, keep_bits, nbytes, numpy_function, passes,
                    primitive, row_elements, row_width, segment_curve, size, work)
 
@@ -203,7 +204,6 @@ class Block:
         """K.gather_sum per head as calibrated whole, in blocks of busy_block_edges(width)
         edges and in blocks SHORT_BLOCKS times shorter (gather_sum_heads_short): this
         group's blocks priced between the two, log-linearly in the edges a block holds."""
-        from .calibration import SHORT_BLOCKS, busy_block_edges
         name = self.columns("gather_sum_heads")
         cost = self.blocked(name, edges * heads, width, rows, self.blocks * (3 + 2 * heads))
         if name + "_short" in self.device.curves:
