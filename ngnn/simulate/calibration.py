@@ -52,16 +52,20 @@ def default_profile_path():
     return os.path.join(root, "profile.json")
 
 
-def _fastest(timings, rounds, cold=()):
+def _fastest(timings, rounds, cold=(), warm=()):
     """{key: fastest seconds} of `timings` ({key: function}), run in `rounds` rounds of
     one call each (after a warm-up round): a busy moment on a shared machine then slows
     one call of every primitive, not every call of one. The keys in `cold` are each run
-    after the last-level cache was flushed (`flush_cache`)."""
+    after the last-level cache was flushed (`flush_cache`), those in `warm` right after
+    an untimed call of their own (the timing before may have moved their arrays out of
+    the cache)."""
     best = {key: float("inf") for key in timings}
     for round_ in range(rounds + 1):
         for key, run in timings.items():
             if key in cold:
                 flush_cache()
+            elif key in warm:
+                run()
             start = time.perf_counter()
             run()
             if round_:
@@ -237,7 +241,7 @@ def graph_timings(quick, rng):
 # The statements of a busy calibration block (`busy_blocks`), each the curve of its
 # primitive (+ "_busy") or None (timed, not kept).
 BUSY_STATEMENTS = (None, "take", "take_sorted", None, "segment", "segment_sum", "spmm",
-                   "gather_sum_heads", "edge_take")
+                   "gather_sum_heads", "edge_take", "keep_take")
 EDGES_PER_ROW = 10           # edge_take: a table of stored edge values, 10 rows a vertex
 BUSY_ARRAYS = 3              # edge arrays a busy block makes: its rows read, and their sum
 BUSY_ROUNDS = 3              # each round times every statement over many blocks
@@ -262,12 +266,14 @@ def busy_blocks(quick, rng):
     its table moved out of the core's cache between blocks. The per-head product is
     "gather_sum_heads" (attention groups are busy ones); "edge_take" reads rows of a
     stored edge value by edge ids (at random, from a table of EDGES_PER_ROW rows a vertex:
-    keyed by its rows); "out_" the out-CSR's. The per-head product slows down in short
-    blocks (each head's table is read afresh in each block: R-MAT 100K, 8 heads of 8
-    floats, 119 ms in blocks of 9,709 edges against 103 ms in blocks of 87,381), and an
-    attention group's blocks are short (it makes many edge arrays a head), so it is timed
-    again in blocks SHORT_BLOCKS times shorter, each after writing a block's byte budget
-    as the group's other statements do: "gather_sum_heads_short"."""
+    keyed by its rows), "keep_take" an edge dropout's mask the same way (a byte a row per
+    head, the width: 1 ns an edge at R-MAT 100K, a quarter of a float's row); "out_" the
+    out-CSR's. The per-head product slows down in short blocks (each head's table is read
+    afresh in each block: R-MAT 100K, 8 heads of 8 floats, 119 ms in blocks of 9,709
+    edges against 103 ms in blocks of 87,381), and an attention group's blocks are short
+    (it makes many edge arrays a head), so it is timed again in blocks SHORT_BLOCKS times
+    shorter, each after writing a block's byte budget as the group's other statements
+    do: "gather_sum_heads_short"."""
     from ..transformers.numpy import kernels as K
     widths, tables, edges = graph_sizes(quick)
     best = {}
@@ -279,6 +285,7 @@ def busy_blocks(quick, rng):
         weight = rng.random((len(cols), HEADS, 1), dtype=np.float32)
         edge_rows = EDGES_PER_ROW * rows
         edge_values = rng.random(edge_rows * HEADS, dtype=np.float32) if csr == "in" else None
+        edge_keeps = edge_values < 0.5 if csr == "in" else None
         eids = rng.integers(0, edge_rows, len(cols))
         for w in widths:
             x = rng.random((rows, w), dtype=np.float32)
@@ -286,6 +293,8 @@ def busy_blocks(quick, rng):
                               np.empty((HEADS, rows, w), np.float32)) if 4 <= w <= 8 else None
             stored = edge_values[:edge_rows * w].reshape(edge_rows, w) \
                 if edge_values is not None and w <= HEADS else None
+            keep = edge_keeps[:edge_rows * w].reshape(edge_rows, w) \
+                if stored is not None else None
             blocks = blocks_of(indptr, busy_block_edges(w, quick))
             short = blocks_of(indptr, max(busy_block_edges(w, quick) // SHORT_BLOCKS, 1))
             outputs = (np.empty((n_v, w), np.float32), np.empty((n_v, HEADS, w), np.float32))
@@ -293,12 +302,12 @@ def busy_blocks(quick, rng):
             workspace = [np.empty(longest * w, np.float32) for _ in range(BUSY_ARRAYS)]
             timed = [name for name in BUSY_STATEMENTS if name and
                      (heads is not None or name != "gather_sum_heads") and
-                     (stored is not None or name != "edge_take") and
+                     (stored is not None or name not in ("edge_take", "keep_take")) and
                      (csr == "in" or not name.startswith("segment"))]
             for _ in range(BUSY_ROUNDS):
                 flush_cache()
-                took = _run_busy(K, x, heads, weight, stored, eids, indptr, cols, blocks,
-                                 *outputs, workspace, segments=csr == "in")
+                took = _run_busy(K, x, heads, weight, stored, keep, eids, indptr, cols,
+                                 blocks, *outputs, workspace, segments=csr == "in")
                 if heads is not None:
                     key = (prefix + "gather_sum_heads_short", rows, w)
                     seconds = _run_short_heads(K, heads, weight, indptr, cols, short,
@@ -309,14 +318,14 @@ def busy_blocks(quick, rng):
                     if name not in timed:
                         continue
                     per_head = name == "gather_sum_heads"
-                    table = edge_rows if name == "edge_take" else rows
+                    table = edge_rows if name in ("edge_take", "keep_take") else rows
                     key = (prefix + name + ("" if per_head else "_busy"), table, w)
                     items = len(cols) * (HEADS if per_head else 1)
                     best[key] = min(best.get(key, np.inf), max(seconds, 1e-12) / items)
     return best
 
 
-def _run_busy(K, x, heads, weight, stored, eids, indptr, cols, blocks, out, out_heads,
+def _run_busy(K, x, heads, weight, stored, keep, eids, indptr, cols, blocks, out, out_heads,
               workspace, segments):
     """Seconds of each of BUSY_STATEMENTS over `blocks` of a CSR (`segments`: with the
     segment reductions, else those are skipped)."""
@@ -346,6 +355,9 @@ def _run_busy(K, x, heads, weight, stored, eids, indptr, cols, blocks, out, out_
         times.append(clock())
         if stored is not None:
             np.take(stored, eids[p0:p1], axis=0)
+        times.append(clock())
+        if stored is not None:
+            np.take(keep, eids[p0:p1], axis=0)
         times.append(clock())
         took += np.diff(times)
     return took
@@ -517,7 +529,11 @@ def measure(quick=False, seed=0):
     measured = {**graph, **products, **functions, **keeps}
     products_names = {key[0] for key in products}
     timings = {key: run for key, (run, _) in {**scalars, **measured}.items()}
-    best = _fastest(timings, rounds, cold={key for key in graph if key[0] in BLOCK_PRIMITIVES})
+    # The functions at the smaller size stand for a fused block's statements, which read
+    # what the block wrote just before: timed warm. (Timed after the larger size's, a
+    # mask's multiply ran at 0.51 ns an element, 0.19 warm.)
+    best = _fastest(timings, rounds, cold={key for key in graph if key[0] in BLOCK_PRIMITIVES},
+                    warm={key for key in functions if key[1] == FUNCTION_SIZES[quick][0]})
     rates = {key: items / best[key] for key, (_, items) in scalars.items()}
     rates["call_overhead"] = call_overhead(rounds)
     per_item = {key: best[key] / items for key, (_, items) in measured.items()}

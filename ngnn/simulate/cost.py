@@ -218,8 +218,7 @@ def elementwise(op, device, rows=None, per_call=None):
         # is a row; the widest measured past those), and a mask's cast.
         slowest = []
         if trailing_broadcast(op) and "np.multiply@trailing" in device.curves:
-            curve = device.curves["np.multiply@trailing"]
-            slowest.append(curve(min(op.shape[-1], curve.widths[-1]), call))
+            slowest.append(along_rows(device, op.shape[-1], call))
         if mixed_dtypes(op) and "np.multiply@cast" in device.curves:
             slowest.append(device.curves["np.multiply@cast"](1, call))
         seconds = sum(max([device.curves[f](1, call)] + slowest) for f in functions)
@@ -227,6 +226,14 @@ def elementwise(op, device, rows=None, per_call=None):
     calls = max(1, len(functions))
     heavy = sum(template.count(name) for name in TRANSCENDENTAL)
     return passes(device, elements, calls * moved, transcendental=heavy * elements)
+
+
+def along_rows(device, row, per_call):
+    """Seconds per element of a multiply (or divide) by one value per row of `row`
+    elements, at the calibrated row length (np.multiply@trailing; the widest measured past
+    those)."""
+    curve = device.curves["np.multiply@trailing"]
+    return curve(min(row, curve.widths[-1]), per_call)
 
 
 def trailing_broadcast(op):

@@ -8,8 +8,8 @@ import numpy as np
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
 from ..passes.buffer_sharing import is_group
 from .calibration import SHORT_BLOCKS, busy_block_edges
-from .cost import (Cost, apply_keep, blocked, keep_bits, nbytes, numpy_function, passes,
-                   primitive, row_elements, row_width, segment_curve, size, work)
+from .cost import (Cost, along_rows, apply_keep, blocked, keep_bits, nbytes, numpy_function,
+                   passes, primitive, row_elements, row_width, segment_curve, size, work)
 
 
 class NumPyPlan:
@@ -31,30 +31,33 @@ class NumPyPlan:
         # The span masks of keyed dropouts the kernels keep between statements, as the
         # steps are priced in order (see cost.keep_bits).
         self.masks = {}
-        # The bytes the steps priced so far moved, and that figure when each tensor was
-        # written: how far back in the cache's use a table a group reads lies. A step
-        # writes its outputs through its traffic, interleaved with its reads: on average
-        # half-way through it (so the last C bytes of the step's traffic that an LRU cache
-        # of C bytes holds at its end hold at least half of an output when the step moved
-        # at most 2C).
+        # The bytes the steps priced so far moved, and the span of that count over which
+        # each tensor was written: a step writes its outputs evenly through its traffic,
+        # interleaved with its reads (NumPy's loops and BLAS write as they read).
         self.streamed, self.written = 0.0, {}
         self.is_view = comp.transformer.is_view
 
     def ran(self, step, cost):
-        """Notes a step priced: the tensors it wrote, half-way through the bytes it
-        moved."""
+        """Notes a step priced: the tensors it wrote, through the bytes it moved."""
         for op in step.outputs if is_group(step) else [step]:
-            self.written[op] = self.streamed + cost.bytes / 2
+            self.written[op] = (self.streamed, self.streamed + cost.bytes)
         self.streamed += cost.bytes
 
     def warm(self, op, device):
-        """Is tensor `op` still in a core's share of the cache when a group reads it: has
-        less than that streamed past since it was written (an LRU cache's rule)? Inputs
-        and tensors of earlier calls are not."""
+        """The share of tensor `op` still in a core's share of the cache when a group
+        reads it: the part written during the last `cache_bytes` streamed (an LRU cache's
+        rule). Inputs and tensors of earlier calls are not; a table SAGE's matmul wrote
+        while reading 25.6 MB, 13.6 MB back, is 59% there (priced wholly warm, the
+        group came out 25% fast)."""
         while op not in self.written and self.is_view(op) and op.args:
             op = op.args[0]
-        return device.cache_bytes is not None and op in self.written and \
-            self.streamed - self.written[op] <= device.cache_bytes
+        if device.cache_bytes is None or op not in self.written:
+            return 0.0
+        start, end = self.written[op]
+        oldest = self.streamed - device.cache_bytes      # the oldest byte the cache holds
+        if end <= start:
+            return float(oldest <= start)
+        return float(np.clip((end - max(start, oldest)) / (end - start), 0.0, 1.0))
 
     def writes(self, step):
         return step in self.writers
@@ -109,12 +112,16 @@ class Block:
         self.busy = len(made) + len(taken) > 1
 
     def blocked(self, name, edges, width, rows, calls, table=None):
-        """`name` in this block; reading `table`, at its warm cost where a quiet block
-        finds that still in the cache (NumPyPlan.warm)."""
-        if not self.busy and table is not None and self.plan.warm(table, self.device) and \
-                name + "_warm" in self.device.curves:
-            name += "_warm"
-        return blocked(self.device, name, edges, width, rows, calls, self.busy)
+        """`name` in this block; reading `table`, at its warm cost for the share of it a
+        quiet block finds still in the cache (NumPyPlan.warm), its cold cost for the
+        rest."""
+        cost = blocked(self.device, name, edges, width, rows, calls, self.busy)
+        if self.busy or table is None or name + "_warm" not in self.device.curves:
+            return cost
+        held = self.plan.warm(table, self.device)
+        warm = blocked(self.device, name + "_warm", edges, width, rows, calls)
+        cost.seconds = held * warm.seconds + (1 - held) * cost.seconds
+        return cost
 
     def columns(self, name):
         """The curve of primitive `name` reading rows by the other end's ids: a
@@ -160,9 +167,7 @@ class Block:
             keep = Cost(calls=0)
             if self.writer.is_edge_sized(op):
                 # np.take(keep, eids): rows of a byte a head, a table of rows x heads bytes
-                heads = row_elements(op)
-                keep = self.blocked("edge_take", rows, heads / 4, rows * min(heads / 4, 1),
-                                    blocks)
+                keep = self.keep_rows(row_elements(op))
             scale = apply_keep(device, elements, elements / blocks)
             scale.calls = 3 * blocks
             return reads + keep + scale
@@ -175,10 +180,7 @@ class Block:
     def aggregate(self, op, products):
         device, blocks, edges = self.device, self.blocks, self.edges
         width, out = row_width(op), nbytes(op)
-        mean = Cost(calls=0)
-        if op.reduce == "mean":          # K.divide_by_degrees: the degrees, the rows divided
-            mean = passes(device, 0, 32 * self.nodes) + numpy_function(device, "np.divide",
-                                                                        size(op), 3 * out)
+        mean = Cost(calls=0) if op.reduce != "mean" else self.divide_by_degrees(op)
         if op in products:
             x, weight = products[op]
             heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
@@ -199,6 +201,28 @@ class Block:
             data = data + Cost(moved / device.transpose_rate, 0, moved, calls=3 * blocks)
             return data + fill + product + mean
         return self.read(op.args[0], op) + self.segment(op.reduce, width, op.args[0]) + mean
+
+    def keep_rows(self, heads):
+        """np.take(keep, eids): the block's rows of an edge dropout's mask, a byte a head,
+        from the whole mask (keep_take as calibrated, a byte a row per head; else as rows
+        of a stored edge value of as many bytes)."""
+        if any(name.startswith("keep_take") for name in self.device.curves):
+            return self.blocked("keep_take", self.edges, heads, self.edges, self.blocks)
+        return self.blocked("edge_take", self.edges, heads / 4,
+                            self.edges * min(heads / 4, 1), self.blocks)
+
+    def divide_by_degrees(self, op):
+        """K.divide_by_degrees in each block: the degrees, and the rows divided by one
+        value each (at the row's length where calibrated: at rows of 4 floats in a block
+        of R-MAT 100K, 7 times the cost of an element-wise divide)."""
+        degrees = passes(self.device, 0, 32 * self.nodes)
+        elements, per_call = size(op), size(op) / self.blocks
+        if "np.multiply@trailing" not in self.device.curves:
+            return degrees + numpy_function(self.device, "np.divide", elements, 3 * nbytes(op),
+                                            per_call)
+        seconds = elements * max(along_rows(self.device, row_elements(op), per_call),
+                                 self.device.curves["np.divide"](1, per_call))
+        return degrees + Cost(seconds, elements, 2 * nbytes(op))
 
     def heads_product(self, edges, heads, width, rows):
         """K.gather_sum per head as calibrated whole, in blocks of busy_block_edges(width)

@@ -87,7 +87,7 @@ class SharedCurve:
 # (with their "out_" and "_busy" variants). Streaming reads and element-wise
 # functions (their cached point fits a core's own L2), products (by their inner size)
 # and dropout bits do not depend on a share of it.
-SHARED_CURVES = ("take", "edge_take", "spmm", "gather_sum_heads", "pick", "place")
+SHARED_CURVES = ("take", "edge_take", "keep_take", "spmm", "gather_sum_heads", "pick", "place")
 
 
 def reads_shared_cache(name):
