@@ -46,9 +46,9 @@ class NumPyPlan:
     def warm(self, op, device):
         """The share of tensor `op` still in a core's share of the cache when a group
         reads it: the part written during the last `cache_bytes` streamed (an LRU cache's
-        rule). Inputs and tensors of earlier calls are not; a table SAGE's matmul wrote
-        while reading 25.6 MB, 13.6 MB back, is 59% there (priced wholly warm, the
-        group came out 25% fast)."""
+        rule). Inputs and tensors of earlier calls are not. GraphSAGE's second product
+        reads a table its matmul wrote while reading 25.6 MB: 59% of it is there (priced
+        wholly warm, the group came out 25% fast)."""
         while op not in self.written and self.is_view(op) and op.args:
             op = op.args[0]
         if device.cache_bytes is None or op not in self.written:
@@ -217,12 +217,11 @@ class Block:
         of R-MAT 100K, 7 times the cost of an element-wise divide)."""
         degrees = passes(self.device, 0, 32 * self.nodes)
         elements, per_call = size(op), size(op) / self.blocks
-        if "np.multiply@trailing" not in self.device.curves:
-            return degrees + numpy_function(self.device, "np.divide", elements, 3 * nbytes(op),
-                                            per_call)
-        seconds = elements * max(along_rows(self.device, row_elements(op), per_call),
-                                 self.device.curves["np.divide"](1, per_call))
-        return degrees + Cost(seconds, elements, 2 * nbytes(op))
+        divide = numpy_function(self.device, "np.divide", elements, 3 * nbytes(op), per_call)
+        if "np.multiply@trailing" in self.device.curves:
+            divide.seconds = max(divide.seconds, elements * along_rows(
+                self.device, row_elements(op), per_call))
+        return degrees + divide
 
     def heads_product(self, edges, heads, width, rows):
         """K.gather_sum per head as calibrated whole, in blocks of busy_block_edges(width)
