@@ -356,7 +356,7 @@ def _run_busy(K, x, heads, weight, stored, keep, eids, indptr, cols, blocks, out
         if stored is not None:
             np.take(stored, eids[p0:p1], axis=0)
         times.append(clock())
-        if stored is not None:
+        if keep is not None:
             np.take(keep, eids[p0:p1], axis=0)
         times.append(clock())
         took += np.diff(times)
