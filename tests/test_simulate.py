@@ -34,6 +34,17 @@ def trainer_for(model, transformer_factory):
     return make_trainer(args, load_dataset(args), 0, transformer=transformer_factory())
 
 
+def fused_seconds(model, **device):
+    """The predicted fused groups' time of `model` on SBM on a device of DEVICE's figures
+    and `device`'s fields, and its training step."""
+    from ngnn import transformers as ngt
+    trainer = trainer_for(model, lambda: ngt.make_transformer("numpy"))
+    topology = simulate.Topology([simulate.Device(**DEVICE, **device)])
+    seconds = simulate.predict(trainer.train_step, topology).by_kind()["fused"]
+    trainer.transformer.close()
+    return seconds, trainer.train_step
+
+
 @pytest.mark.parametrize("model", ["gcn", "gat"])
 def test_peak_bytes_equal_the_memory_plan(model, transformer_factory):
     trainer = trainer_for(model, transformer_factory)
@@ -498,20 +509,11 @@ def test_a_table_written_shortly_before_is_read_warm():
     the cache has streamed past since the table was written (an LRU cache), else at its
     cold cost; a device without a cache size never reads warm (nor, nearly, one of a
     byte)."""
-    from ngnn import transformers as ngt
     cold, warm = simulate.Curve([1], [1], [[4e-9]]), simulate.Curve([1], [1], [[1e-9]])
     curves = {name + suffix: curve for name in ("spmm", "out_spmm")
               for suffix, curve in (("", cold), ("_warm", warm))}
-    args = make_parser().parse_args(["bench", "--model", "gcn", *SBM])
-    _fill_defaults(args)
-    fused = {}
-    for cache in (None, 1, 2 ** 40):
-        device = simulate.Device(**DEVICE, curves=curves, cache_bytes=cache)
-        transformer = ngt.make_transformer("numpy")
-        trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
-        report = simulate.predict(trainer.train_step, simulate.Topology([device]))
-        fused[cache] = report.by_kind()["fused"]
-        transformer.close()
+    fused = {cache: fused_seconds("gcn", curves=curves, cache_bytes=cache)[0]
+             for cache in (None, 1, 2 ** 40)}
     assert fused[None] == pytest.approx(fused[1], rel=1e-3) and fused[1] > fused[2 ** 40]
 
 
@@ -641,28 +643,14 @@ def test_the_median_of_many_calibrations_takes_each_middle_figure():
     assert typical.link().contention == pytest.approx(1.1)
 
 
-def fused_seconds(model, curves):
-    """The predicted fused groups' time of `model` on SBM, and its training step."""
-    from ngnn import transformers as ngt
-    args = make_parser().parse_args(["bench", "--model", model, *SBM])
-    _fill_defaults(args)
-    transformer = ngt.make_transformer("numpy")
-    trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
-    device = simulate.Device(**DEVICE, curves=curves)
-    seconds = simulate.predict(trainer.train_step, simulate.Topology([device])) \
-        .by_kind()["fused"]
-    transformer.close()
-    return seconds, trainer.train_step
-
-
 def test_an_edge_dropout_takes_its_mask_rows_at_the_calibrated_cost_of_bytes():
     """A fused edge dropout takes its block's mask rows by edge ids: a byte a head, at
     the keep_take curve (per row, by the bytes a row holds)."""
     from ngnn.op_graph import Dropout
     from ngnn.passes import FusedGroup
     a, b = (simulate.Curve([1], [1], [[seconds]]) for seconds in (1e-9, 3e-9))
-    cheap, step = fused_seconds("gat", {"keep_take_busy": a})
-    dear, _ = fused_seconds("gat", {"keep_take_busy": b})
+    cheap, step = fused_seconds("gat", curves={"keep_take_busy": a})
+    dear, _ = fused_seconds("gat", curves={"keep_take_busy": b})
     taken = [op for group in step.steps if isinstance(group, FusedGroup)
              for op in group.ops if isinstance(op, Dropout) and op.scope == "e"]
     assert taken
@@ -678,7 +666,7 @@ def test_a_mean_divides_each_row_by_one_degree_at_the_row_length_cost():
     plain = simulate.Curve([1], [1], [[1e-12]])
     seconds = {}
     for per_element in (1e-9, 4e-9):
-        seconds[per_element], step = fused_seconds("sage", {
+        seconds[per_element], step = fused_seconds("sage", curves={
             "np.divide": plain, "np.multiply": plain,
             "np.multiply@trailing": simulate.Curve([1], [1], [[per_element]])})
     means = [op for group in step.steps if isinstance(group, FusedGroup)
