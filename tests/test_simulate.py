@@ -1,5 +1,6 @@
 """ngnn.simulate: the topology format, the cost model's invariants, the report and trace,
 and the calibrate and simulate commands."""
+import functools
 import json
 import re
 import sys
@@ -12,7 +13,7 @@ import ngnn as ng
 from ngnn import simulate
 from ngnn.cli import _fill_defaults, load_dataset, main, make_parser, make_trainer
 from ngnn.distributed.exchange import LONGEST_PAUSE
-from ngnn.op_graph import AllReduce, Placeholder
+from ngnn.op_graph import Aggregate, AllReduce, Placeholder
 
 SBM = ["--dataset", "sbm", "--num-nodes", "300", "--avg-degree", "6", "--num-features", "8",
        "--num-classes", "3"]
@@ -231,7 +232,8 @@ def test_calibrate_and_simulate_commands(tmp_path, capsys):
                  "segment_sum_busy", "spmm_busy", "out_spmm_busy", "gather_sum_heads",
                  "out_gather_sum_heads", "gather_sum_heads_short",
                  "out_gather_sum_heads_short", "edge_take_busy", "keep_take_busy", "segment_sum",
-                 "take_sorted"):
+                 "take_sorted", "spmm_warm", "spmm_touch", "out_spmm_touch", "take_touch",
+                 "out_take_touch"):
         assert min(min(row) for row in measured.curves[name].seconds) > 0, name
     assert "out_segment_busy" not in measured.curves
     edges_per_row = simulate.calibration.EDGES_PER_ROW
@@ -483,6 +485,54 @@ def test_a_broadcast_multiply_is_priced_at_its_row_length():
     assert per_element["by row", 16] == pytest.approx(1e-9)
     assert per_element["by row", 64] == pytest.approx(1e-9)
     assert all(per_element["one row", w] == pytest.approx(3e-9) for w in (4, 16, 64))
+
+
+def test_a_bias_added_to_each_row_is_priced_at_its_row_length():
+    """One row repeated along the others (a bias) also makes NumPy's inner loop a row."""
+    by_row = simulate.Curve([1], [4, 16], [[2e-9, 1e-9]])
+    plain = simulate.Curve([1], [1], [[1e-12]])
+    device = simulate.Device(**DEVICE, curves={"np.add": plain,
+                                               "np.multiply@trailing": by_row})
+    x = ng.placeholder((100, 4), np.float32)
+    for other, per_element in ((ng.placeholder((4,), np.float32), 2e-9),
+                               (ng.placeholder((100, 4), np.float32), 1e-12)):
+        seconds = simulate.cost.elementwise(x + other, device).seconds
+        assert seconds == pytest.approx(per_element * 400)
+
+
+def test_a_cold_table_costs_its_warm_reads_and_the_first_reads_of_its_rows():
+    """Where calibration measured the first reads of rows ("_touch"), a quiet group reads
+    a table not in the cache at its warm cost per edge plus those of the rows it touches
+    (the vertices with edges at the other end; calibration.first_reads of them and the
+    edges), whatever the cold curve says (it was measured on a sample that touches more
+    rows per edge than a whole graph)."""
+    from ngnn.passes import FusedGroup
+    seconds = {}
+    for cold, touch in ((4e-9, 1e-9), (4e-9, 5e-9), (9e-9, 5e-9)):
+        curves = {name + suffix: simulate.Curve([1], [1, 1024], [[value, value]])
+                  for name in ("spmm", "out_spmm")
+                  for suffix, value in (("", cold), ("_warm", 1e-9), ("_touch", touch))}
+        seconds[cold, touch], step = fused_seconds("gcn", curves=curves)
+    touched = 0
+    for group in (s for s in step.steps if isinstance(s, FusedGroup)):
+        other = group.graph.out_indptr if group.at == "dst" else group.graph.in_indptr
+        products = sum(isinstance(op, Aggregate) for op in group.ops)
+        touched += products * np.sqrt(np.count_nonzero(np.diff(other)) *
+                                      group.graph.num_edges)
+    assert touched > 0
+    assert seconds[4e-9, 5e-9] - seconds[4e-9, 1e-9] == pytest.approx(4e-9 * touched,
+                                                                      rel=1e-6)
+    assert seconds[9e-9, 5e-9] == pytest.approx(seconds[4e-9, 5e-9], rel=1e-9)
+
+
+def test_calibration_prepares_each_key_right_before_timing_it():
+    """A primitive timed cold has the cache flushed, a warm one its table written, right
+    before each of its timings (not before the round)."""
+    calls = []
+    simulate.calibration._fastest({key: functools.partial(calls.append, key)
+                                   for key in ("a", "b")}, 2,
+                                  before={"b": functools.partial(calls.append, "before b")})
+    assert calls == ["a", "before b", "b"] * 3
 
 
 def test_a_table_is_warm_for_its_share_written_in_the_last_cache_bytes_streamed():

@@ -36,8 +36,6 @@ from .. import philox
 from .topology import Curve, Device, Link, Topology
 
 WIDTHS = (1, 4, 8, 16, 64)
-BLOCK_PRIMITIVES = ("take", "out_take", "spmm", "out_spmm", "take_sorted", "segment",
-                    "segment_sum")      # graph_timings' curves of a fused group's statements
 HEADS = 8                    # gather_sum_heads: attention heads, as GAT's first layer
 FUNCTION_SIZES = {False: (1 << 18, 1 << 22), True: (1 << 14, 1 << 16)}
 TABLE_ROWS = (100_000, 500_000)
@@ -52,20 +50,19 @@ def default_profile_path():
     return os.path.join(root, "profile.json")
 
 
-def _fastest(timings, rounds, cold=(), warm=()):
+def _fastest(timings, rounds, before=None):
     """{key: fastest seconds} of `timings` ({key: function}), run in `rounds` rounds of
     one call each (after a warm-up round): a busy moment on a shared machine then slows
-    one call of every primitive, not every call of one. The keys in `cold` are each run
-    after the last-level cache was flushed (`flush_cache`), those in `warm` right after
-    an untimed call of their own (the timing before may have moved their arrays out of
-    the cache)."""
+    one call of every primitive, not every call of one. `before` ({key: function}) is
+    called, untimed, right before each timing of its key: to flush the cache
+    (`flush_cache`), or to put what the key reads into it (the timing before may have
+    moved it out)."""
+    before = before or {}
     best = {key: float("inf") for key in timings}
     for round_ in range(rounds + 1):
         for key, run in timings.items():
-            if key in cold:
-                flush_cache()
-            elif key in warm:
-                run()
+            if key in before:
+                before[key]()
             start = time.perf_counter()
             run()
             if round_:
@@ -135,6 +132,20 @@ def rmat_block(num_nodes, edges, seed, csr="in"):
     return block
 
 
+def first_reads(rows, edges):
+    """What the first reads of a table's rows cost, in units of the "_touch" curves, when
+    `edges` reads touch `rows` distinct rows: a miss a row, each the dearer the fewer
+    misses there are to overlap. A calibration sample touches more rows per edge than a
+    whole graph (R-MAT 500K: 500K edges touch a fifth as many rows, the graph's 5M edges
+    a twentieth), and its misses beyond the warm cost, per row, were 20, 29 and 42 ns
+    at a touch every 2.7, 5 and 20 edges (rows of 4 floats; rows of 16 at R-MAT 100K:
+    52, 77 and 110 ns at every 5, 11 and 20): about the square root of the edges per row.
+    So the geometric mean of rows and edges. (Priced a miss a row, GCN's first product at
+    R-MAT 100K, cold, came out up to 36% low; at the sample's rate of misses an edge, its
+    source-parallel products at 500K up to 34% high.)"""
+    return float(np.sqrt(float(rows) * float(edges)))
+
+
 def graph_sizes(quick):
     """(row widths, table rows, sample edges) the graph primitives are timed at: small
     ones for `quick`."""
@@ -174,19 +185,22 @@ def take_rows(x, ids, workspace):
 
 
 def graph_timings(quick, rng):
-    """{(primitive, table rows, width): (function, items)}: the graph primitives at each
-    measured width and table size, on scratch buffers shared between widths."""
+    """({(primitive, table rows, width): (function, items)}, {key: the array it reads by
+    row}, {key: distinct rows it reads}, table rows, widths): the graph primitives at
+    each measured width and table size, on scratch buffers shared between widths; the
+    arrays for the primitives of a fused group's statements, the distinct rows for those
+    reading rows at random (by the other ends' ids)."""
     from ..transformers.numpy import kernels as K
     widths, tables, block = graph_sizes(quick)
     top = widths[-1]
-    timings = {}
+    timings, reads, touched = {}, {}, {}
     result, scratch = (np.empty(max(tables) * top, np.float32) for _ in range(2))
     taken = np.empty(block * top, np.float32)     # a block's rows, as a group's workspace
     for rows, csr in [(rows, csr) for rows in tables for csr in ("in", "out")]:
         # Source-parallel groups read the out-CSR's columns ("out_" curves).
         indptr, cols = rmat_block(rows, block, seed=1, csr=csr)
         prefix = "" if csr == "in" else "out_"
-        n_v, n_e = len(indptr) - 1, len(cols)
+        n_v, n_e, distinct = len(indptr) - 1, len(cols), len(np.unique(cols))
         # A third of a table's rows, sorted, as an exchange picks a peer's rows (x[rows],
         # a new array) and writes the rows received into place (out[rows] = received).
         exchanged = np.sort(rng.choice(rows, rows // 3, replace=False))
@@ -206,6 +220,9 @@ def graph_timings(quick, rng):
                 lambda x=x, o=out, p=indptr, c=cols, b=blocks: [
                     K.gather_sum(x, None, c[p0:p1], p[v0:v1 + 1] - p0, "sum", o[v0:v1])
                     for v0, v1, p0, p1 in b], n_e)
+            for name in ("take", "spmm"):
+                reads[prefix + name, rows, w] = x
+                touched[prefix + name, rows, w] = distinct
     rows = tables[0]
     indptr, _ = rmat_block(rows, block, seed=2)
     n_v, n_e = len(indptr) - 1, int(indptr[-1])
@@ -225,17 +242,19 @@ def graph_timings(quick, rng):
                 lambda v=edge_rows, o=out, r=reduce, b=blocks: [
                     K.segment_reduce(v[p0:p1], indptr[v0:v1 + 1] - p0, r, o[v0:v1])
                     for v0, v1, p0, p1 in b], n_e)
+            reads[name, rows, w] = edge_rows
         timings["fancy", rows, w] = (lambda v=edge_rows: v[order], n_e)
         timings["take_sorted", rows, w] = (
             lambda x=x, b=blocks: [take_rows(x, ends[p0:p1], taken) for _, _, p0, p1 in b],
             n_e)
+        reads["take_sorted", rows, w] = x
         timings["row_sum", rows, w] = (
             lambda x=x, r=reduced: np.einsum("ab->a", x, out=r), rows)
         timings["column_sum", rows, w] = (
             lambda x=x, c=column: np.sum(x, axis=(0,), out=c), rows)
         timings["log_softmax", rows, w] = (
             lambda x=x, o=soft: K.log_softmax(x, 1, o), rows)
-    return timings, tables, widths
+    return timings, reads, touched, tables, widths
 
 
 # The statements of a busy calibration block (`busy_blocks`), each the curve of its
@@ -516,13 +535,19 @@ def measure(quick=False, seed=0):
     heads = rng.standard_normal((rows // 4 if quick else rows, 8, 8), dtype=np.float32)
     by_head = np.empty((8, len(heads), 8), np.float32)
     scalars["transpose_rate"] = (lambda: K.by_head(heads, 8, by_head), 2 * heads.nbytes)
-    graph, tables, widths = graph_timings(quick, rng)
+    graph, reads, touched, _, _ = graph_timings(quick, rng)
     # A fused group's primitives timed twice: on tables the cache no longer holds, and
-    # warm ("_warm"), as a table written shortly before is read (numpy_plan decides which
-    # by the bytes the step moved since). An exchange's copies and the dense reductions
-    # read what the statement before them wrote: warm.
-    graph.update({(name + "_warm", rows, w): timing for (name, rows, w), timing in
-                  graph.items() if name in BLOCK_PRIMITIVES})
+    # warm ("_warm"), as a table written by the statement before is read (numpy_plan
+    # decides which by the bytes the step moved since): right after writing the table.
+    # (Warmed only by the timing before, whose own table took its place, a block's
+    # product at R-MAT 100K, rows of 16 floats, ran at 5.7 ns an edge, 4.1 on a table
+    # just written.) An exchange's copies and the dense reductions read what the
+    # statement before them wrote: warm.
+    cold = {key: flush_cache for key in reads}
+    warm_tables = {(name + "_warm", rows, w): functools.partial(np.multiply, table, 1,
+                                                                out=table)
+                   for (name, rows, w), table in reads.items()}
+    graph.update({key: graph[key[0][:-len("_warm")], key[1], key[2]] for key in warm_tables})
     products, sizes = product_timings(quick, rng)
     functions = function_timings(quick, rng)
     keeps = keep_timings(quick, rng)
@@ -532,11 +557,19 @@ def measure(quick=False, seed=0):
     # The functions at the smaller size stand for a fused block's statements, which read
     # what the block wrote just before: timed warm. (Timed after the larger size's, a
     # mask's multiply ran at 0.51 ns an element, 0.19 warm.)
-    best = _fastest(timings, rounds, cold={key for key in graph if key[0] in BLOCK_PRIMITIVES},
-                    warm={key for key in functions if key[1] == FUNCTION_SIZES[quick][0]})
+    warm_functions = {key: timings[key] for key in functions
+                      if key[1] == FUNCTION_SIZES[quick][0]}
+    best = _fastest(timings, rounds, before={**cold, **warm_tables, **warm_functions})
     rates = {key: items / best[key] for key, (_, items) in scalars.items()}
     rates["call_overhead"] = call_overhead(rounds)
     per_item = {key: best[key] / items for key, (_, items) in measured.items()}
+    # A cold table's reads cost their warm cost plus the first reads of its rows
+    # ("_touch": seconds per first_reads of the sample).
+    for (name, rows, w), distinct in touched.items():
+        edges = graph[name, rows, w][1]
+        missed = per_item[name, rows, w] - per_item[name + "_warm", rows, w]
+        per_item[name + "_touch", rows, w] = max(missed, 1e-12) * edges / \
+            first_reads(distinct, edges)
     per_item.update(busy_blocks(quick, rng))
     curves = {}
     for name in sorted({key[0] for key in per_item}):

@@ -7,9 +7,10 @@ import numpy as np
 
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
 from ..passes.buffer_sharing import is_group
-from .calibration import SHORT_BLOCKS, busy_block_edges
+from .calibration import SHORT_BLOCKS, busy_block_edges, first_reads
 from .cost import (Cost, along_rows, apply_keep, blocked, keep_bits, nbytes, numpy_function,
-                   passes, primitive, row_elements, row_width, segment_curve, size, work)
+                   passes, per_item, primitive, row_elements, row_width, segment_curve,
+                   size, work)
 
 
 class NumPyPlan:
@@ -110,17 +111,34 @@ class Block:
         taken = [arg for arg in group.inputs if writer.is_edge_sized(arg) and not
                  (arg in writer.csr_ordered and self.end == "dst")]
         self.busy = len(made) + len(taken) > 1
+        # What the group streams of its own, read or written once: the other ends' ids
+        # (int64) and its outputs.
+        self.streams = 8 * self.edges + sum(nbytes(op) for op in group.outputs)
+        # The rows a read by the other ends' ids touches: the vertices with edges there.
+        other = group.graph.out_indptr if self.end == "dst" else group.graph.in_indptr
+        self.touched = int(np.count_nonzero(np.diff(other)))
 
     def blocked(self, name, edges, width, rows, calls, table=None):
         """`name` in this block; reading `table`, at its warm cost for the share of it a
-        quiet block finds still in the cache (NumPyPlan.warm), its cold cost for the
-        rest."""
+        quiet block finds still in the cache (NumPyPlan.warm) while the group's own
+        streaming has not yet replaced it (its first `cache_bytes`), and the rest at its
+        cold cost: where calibrated, the warm cost of every read plus the first reads of
+        the rows it touches ("_touch", calibration.first_reads). (GCN at R-MAT 500K: a
+        product's table of 8 MB, just written, is read over 5M edges while 48 MB of ids
+        and output stream past.)"""
         cost = blocked(self.device, name, edges, width, rows, calls, self.busy)
         if self.busy or table is None or name + "_warm" not in self.device.curves:
             return cost
         held = self.plan.warm(table, self.device)
+        if held:
+            held *= min(1.0, self.device.cache_bytes / self.streams)
         warm = blocked(self.device, name + "_warm", edges, width, rows, calls)
-        cost.seconds = held * warm.seconds + (1 - held) * cost.seconds
+        if name + "_touch" in self.device.curves:
+            misses = first_reads(self.touched, edges) * \
+                per_item(self.device, name + "_touch", width, rows)
+            cost.seconds = warm.seconds + (1 - held) * misses
+        else:
+            cost.seconds = held * warm.seconds + (1 - held) * cost.seconds
         return cost
 
     def columns(self, name):
