@@ -186,10 +186,10 @@ def take_rows(x, ids, workspace):
 
 def graph_timings(quick, rng):
     """({(primitive, table rows, width): (function, items)}, {key: the array it reads by
-    row}, {key: distinct rows it reads}, table rows, widths): the graph primitives at
-    each measured width and table size, on scratch buffers shared between widths; the
-    arrays for the primitives of a fused group's statements, the distinct rows for those
-    reading rows at random (by the other ends' ids)."""
+    row}, {key: distinct rows it reads}): the graph primitives at each measured width
+    and table size, on scratch buffers shared between widths; the arrays for the
+    primitives of a fused group's statements, the distinct rows for those reading rows
+    at random (by the other ends' ids)."""
     from ..transformers.numpy import kernels as K
     widths, tables, block = graph_sizes(quick)
     top = widths[-1]
@@ -254,7 +254,7 @@ def graph_timings(quick, rng):
             lambda x=x, c=column: np.sum(x, axis=(0,), out=c), rows)
         timings["log_softmax", rows, w] = (
             lambda x=x, o=soft: K.log_softmax(x, 1, o), rows)
-    return timings, reads, touched, tables, widths
+    return timings, reads, touched
 
 
 # The statements of a busy calibration block (`busy_blocks`), each the curve of its
@@ -535,7 +535,7 @@ def measure(quick=False, seed=0):
     heads = rng.standard_normal((rows // 4 if quick else rows, 8, 8), dtype=np.float32)
     by_head = np.empty((8, len(heads), 8), np.float32)
     scalars["transpose_rate"] = (lambda: K.by_head(heads, 8, by_head), 2 * heads.nbytes)
-    graph, reads, touched, _, _ = graph_timings(quick, rng)
+    graph, reads, touched = graph_timings(quick, rng)
     # A fused group's primitives timed twice: on tables the cache no longer holds, and
     # warm ("_warm"), as a table written by the statement before is read (numpy_plan
     # decides which by the bytes the step moved since): right after writing the table.
