@@ -544,10 +544,11 @@ def measure(quick=False, seed=0):
     # just written.) An exchange's copies and the dense reductions read what the
     # statement before them wrote: warm.
     cold = {key: flush_cache for key in reads}
-    warm_tables = {(name + "_warm", rows, w): functools.partial(np.multiply, table, 1,
-                                                                out=table)
-                   for (name, rows, w), table in reads.items()}
-    graph.update({key: graph[key[0][:-len("_warm")], key[1], key[2]] for key in warm_tables})
+    warm_tables = {}
+    for (name, *at), table in reads.items():
+        graph[(name + "_warm", *at)] = graph[(name, *at)]
+        warm_tables[(name + "_warm", *at)] = functools.partial(np.multiply, table, 1,
+                                                                 out=table)
     products, sizes = product_timings(quick, rng)
     functions = function_timings(quick, rng)
     keeps = keep_timings(quick, rng)
