@@ -233,7 +233,7 @@ def test_calibrate_and_simulate_commands(tmp_path, capsys):
                  "out_gather_sum_heads", "gather_sum_heads_short",
                  "out_gather_sum_heads_short", "edge_take_busy", "keep_take_busy", "segment_sum",
                  "take_sorted", "spmm_warm", "spmm_touch", "out_spmm_touch", "take_touch",
-                 "out_take_touch"):
+                 "out_take_touch", "np.add@bias"):
         assert min(min(row) for row in measured.curves[name].seconds) > 0, name
     assert "out_segment_busy" not in measured.curves
     edges_per_row = simulate.calibration.EDGES_PER_ROW
@@ -488,16 +488,22 @@ def test_a_broadcast_multiply_is_priced_at_its_row_length():
 
 
 def test_a_bias_added_to_each_row_is_priced_at_its_row_length():
-    """One row repeated along the others (a bias) also makes NumPy's inner loop a row."""
+    """One row repeated along the others (a bias) also makes NumPy's inner loop a row: at
+    its own calibrated curve, or a profile without one, at the trailing broadcast's."""
     by_row = simulate.Curve([1], [4, 16], [[2e-9, 1e-9]])
+    bias = simulate.Curve([1], [4, 16], [[3e-9, 1e-9]])
     plain = simulate.Curve([1], [1], [[1e-12]])
-    device = simulate.Device(**DEVICE, curves={"np.add": plain,
-                                               "np.multiply@trailing": by_row})
     x = ng.placeholder((100, 4), np.float32)
-    for other, per_element in ((ng.placeholder((4,), np.float32), 2e-9),
-                               (ng.placeholder((100, 4), np.float32), 1e-12)):
-        seconds = simulate.cost.elementwise(x + other, device).seconds
-        assert seconds == pytest.approx(per_element * 400)
+    for curves, per_bias in (({"np.multiply@trailing": by_row}, 2e-9),
+                             ({"np.multiply@trailing": by_row, "np.add@bias": bias}, 3e-9)):
+        device = simulate.Device(**DEVICE, curves={"np.add": plain, "np.multiply": plain,
+                                                   **curves})
+        for other, per_element in ((ng.placeholder((4,), np.float32), per_bias),
+                                   (ng.placeholder((100, 4), np.float32), 1e-12)):
+            seconds = simulate.cost.elementwise(x + other, device).seconds
+            assert seconds == pytest.approx(per_element * 400)
+    times_column = x * ng.placeholder((100, 1), np.float32)
+    assert simulate.cost.elementwise(times_column, device).seconds == pytest.approx(2e-9 * 400)
 
 
 def test_a_cold_table_costs_its_warm_reads_and_the_first_reads_of_its_rows():
@@ -533,6 +539,28 @@ def test_calibration_prepares_each_key_right_before_timing_it():
                                    for key in ("a", "b")}, 2,
                                   before={"b": functools.partial(calls.append, "before b")})
     assert calls == ["a", "before b", "b"] * 3
+
+
+def test_calibration_times_a_blocks_statements_warm_and_its_tables_cold(monkeypatch):
+    """What a fused block computes and reads at once (its statements, the segment ids from
+    the bounds it just sliced) is timed after a call of its own; the tables its ids read
+    at random, after a cache flush, and again after a write ("_warm")."""
+    class Prepared(Exception):
+        pass
+
+    def record(timings, rounds, before):
+        raise Prepared(timings, before)
+
+    monkeypatch.setattr(simulate.calibration, "_fastest", record)
+    with pytest.raises(Prepared) as caught:
+        simulate.calibration.measure(quick=True)
+    timings, before = caught.value.args
+    assert before["repeat_rate"] is timings["repeat_rate"]
+    small = simulate.calibration.FUNCTION_SIZES[True][0]
+    assert before["np.add", small, 1] is timings["np.add", small, 1]
+    rows, width = simulate.calibration.graph_sizes(True)[1][0], 4
+    assert before["spmm", rows, width] is simulate.calibration.flush_cache
+    assert before["spmm_warm", rows, width].func is np.multiply
 
 
 def test_a_table_is_warm_for_its_share_written_in_the_last_cache_bytes_streamed():

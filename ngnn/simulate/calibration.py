@@ -451,15 +451,15 @@ def keep_select(curves):
     return Curve(rows.rows, rows.widths, seconds)
 
 
-TRAILING_WIDTHS = (4, 8, 16)   # np.multiply@trailing: the rows a broadcast value spans
+TRAILING_WIDTHS = (4, 8, 16)   # np.multiply@trailing, np.add@bias: a broadcast's rows
 
 
 def function_timings(quick, rng):
     """{(NumPy function, elements, 1): (function, elements)}: the functions of the ops'
-    NumPy templates, per element, on a cached and an uncached array; and a trailing
-    broadcast's multiply, {("np.multiply@trailing", elements, row): ...}, per row length
-    (NumPy's inner loop runs over one row: R-MAT 100K in a fused block, 0.83 ns an element
-    for rows of 4 and 0.33 for rows of 16)."""
+    NumPy templates, per element, on a cached and an uncached array; and per row length,
+    a multiply by a value a row, {("np.multiply@trailing", elements, row): ...}, and a
+    row added to every row ("np.add@bias"): NumPy's inner loop runs over one row (R-MAT
+    100K in a fused block, 0.83 ns an element for rows of 4 and 0.33 for rows of 16)."""
     timings = {}
     for elements in FUNCTION_SIZES[quick]:
         for name, run in _functions(rng, elements).items():
@@ -467,10 +467,12 @@ def function_timings(quick, rng):
         y = rng.standard_normal(elements, dtype=np.float32)
         out = np.empty_like(y)
         for row in TRAILING_WIDTHS:
-            column = y[:elements // row].reshape(-1, 1)
+            rows, outs = y.reshape(-1, row), out.reshape(-1, row)
+            column, bias = y[:elements // row].reshape(-1, 1), y[:row].copy()
             timings["np.multiply@trailing", elements, row] = (
-                lambda c=column, x=y.reshape(-1, row), o=out.reshape(-1, row):
-                np.multiply(c, x, out=o), elements)
+                lambda c=column, x=rows, o=outs: np.multiply(c, x, out=o), elements)
+            timings["np.add@bias", elements, row] = (
+                lambda b=bias, x=rows, o=outs: np.add(x, b, out=o), elements)
     return timings
 
 
@@ -557,9 +559,12 @@ def measure(quick=False, seed=0):
     timings = {key: run for key, (run, _) in {**scalars, **measured}.items()}
     # The functions at the smaller size stand for a fused block's statements, which read
     # what the block wrote just before: timed warm. (Timed after the larger size's, a
-    # mask's multiply ran at 0.51 ns an element, 0.19 warm.)
+    # mask's multiply ran at 0.51 ns an element, 0.19 warm.) So do a block's segment ids,
+    # from the bounds it just sliced (timed cold, 1.22 ns an edge; warm, 1.06; in GAT's
+    # groups at R-MAT 500K, 0.8).
     warm_functions = {key: timings[key] for key in functions
                       if key[1] == FUNCTION_SIZES[quick][0]}
+    warm_functions["repeat_rate"] = timings["repeat_rate"]
     best = _fastest(timings, rounds, before={**cold, **warm_tables, **warm_functions})
     rates = {key: items / best[key] for key, (_, items) in scalars.items()}
     rates["call_overhead"] = call_overhead(rounds)

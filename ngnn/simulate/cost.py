@@ -217,8 +217,9 @@ def elementwise(op, device, rows=None, per_call=None):
         # A broadcast operand's function per element, at its row length (NumPy's inner
         # loop is a row; the widest measured past those), and a mask's cast.
         slowest = []
-        if row_loop(op) and "np.multiply@trailing" in device.curves:
-            slowest.append(along_rows(device, op.shape[-1], call))
+        broadcast = row_loop(op)
+        if broadcast and "np.multiply@trailing" in device.curves:
+            slowest.append(along_rows(device, op.shape[-1], call, broadcast))
         if mixed_dtypes(op) and "np.multiply@cast" in device.curves:
             slowest.append(device.curves["np.multiply@cast"](1, call))
         seconds = sum(max([device.curves[f](1, call)] + slowest) for f in functions)
@@ -228,29 +229,31 @@ def elementwise(op, device, rows=None, per_call=None):
     return passes(device, elements, calls * moved, transcendental=heavy * elements)
 
 
-def along_rows(device, row, per_call):
-    """Seconds per element of a multiply (or divide) by one value per row of `row`
-    elements, at the calibrated row length (np.multiply@trailing; the widest measured past
-    those)."""
-    curve = device.curves["np.multiply@trailing"]
+def along_rows(device, row, per_call, curve="np.multiply@trailing"):
+    """Seconds per element of a function over rows of `row` elements with one operand
+    broadcast along them (`row_loop`'s curve, calibrated at a few row lengths; the widest
+    measured past those; a profile without a bias curve reads the trailing one)."""
+    curve = device.curves.get(curve, device.curves["np.multiply@trailing"])
     return curve(min(row, curve.widths[-1]), per_call)
 
 
 def row_loop(op):
-    """Does NumPy's inner loop run over single rows: an operand repeating each value along
-    the last axis (a size-1 last axis, or a broadcast view of one), or repeating one row
-    along the others (a bias)? (R-MAT 100K in a fused block, rows of 4 floats: a bias
-    added at 0.82 ns an element, a whole array at 0.12.)"""
+    """The calibrated curve of NumPy's inner loop where it runs over single rows, else
+    None: an operand repeating each value along the last axis (a size-1 last axis, or a
+    broadcast view of one: "np.multiply@trailing"), or repeating one row along the others
+    (a bias: "np.add@bias", half as dear again at rows of 4: 1.0 against 0.7 ns an
+    element). (R-MAT 100K in a fused block, rows of 4 floats: a bias added at 0.82 ns an
+    element, a whole array at 0.12.)"""
     if not op.shape or op.shape[-1] == 1:
-        return False
+        return None
     for arg in op.args:
         source = arg.args[0] if isinstance(arg, Broadcast) else arg
         if source.shape and source.shape[-1] == 1 and size(source) > 1:
-            return True
+            return "np.multiply@trailing"
         if len(op.shape) > 1 and source.shape and source.shape[-1] == op.shape[-1] and \
                 size(source) == op.shape[-1]:
-            return True
-    return False
+            return "np.add@bias"
+    return None
 
 
 def mixed_dtypes(op):
