@@ -563,6 +563,28 @@ def test_calibration_times_a_blocks_statements_warm_and_its_tables_cold(monkeypa
     assert before["spmm_warm", rows, width].func is np.multiply
 
 
+def test_busy_blocks_time_every_configuration_once_a_round(monkeypatch):
+    """The busy block loops run round by round over every table size, CSR and width (a
+    busy moment of a shared machine slows one round of each, not all rounds of one),
+    and keep each statement's fastest round."""
+    calibration = simulate.calibration
+    runs = []
+
+    def run_busy(K, x, *args, segments):
+        runs.append((x.shape, segments))
+        return np.full(len(calibration.BUSY_STATEMENTS), len(runs) / 1e3)
+
+    monkeypatch.setattr(calibration, "_run_busy", run_busy)
+    best = calibration.busy_blocks(True, np.random.default_rng(0))
+    configurations = len(runs) // calibration.BUSY_ROUNDS
+    assert configurations == 2 * 2 * len(calibration.graph_sizes(True)[0])
+    assert runs == runs[:configurations] * calibration.BUSY_ROUNDS
+    rows, width = calibration.graph_sizes(True)[1][0], 1
+    first = runs.index(((rows, width), True)) + 1           # the fastest: its first round
+    assert best["take_busy", rows, width] == pytest.approx(
+        first / 1e3 / calibration.graph_sizes(True)[2], rel=0.01)
+
+
 def test_a_table_is_warm_for_its_share_written_in_the_last_cache_bytes_streamed():
     """A step writes its outputs evenly through the bytes it moves; an LRU cache holds the
     last `cache_bytes` streamed."""

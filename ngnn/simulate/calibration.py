@@ -295,52 +295,64 @@ def busy_blocks(quick, rng):
     do: "gather_sum_heads_short"."""
     from ..transformers.numpy import kernels as K
     widths, tables, edges = graph_sizes(quick)
-    best = {}
     streamed = np.zeros(block_budget(quick) // 4, np.float32)
-    for rows, csr in [(rows, csr) for rows in tables for csr in ("in", "out")]:
-        indptr, cols = rmat_block(rows, edges, seed=1, csr=csr)
-        prefix = "" if csr == "in" else "out_"
-        n_v = len(indptr) - 1
+    samples = {(rows, csr): rmat_block(rows, edges, seed=1, csr=csr)
+               for rows in tables for csr in ("in", "out")}
+    # Every configuration stays bound for the rounds below, so they share scratch of the
+    # largest size, each reading its tables as views of it (random values either way).
+    top, most, heads_width = widths[-1], max(tables), 8
+    scratch = {name: rng.random(size, dtype=np.float32) for name, size in (
+        ("table", most * top), ("heads", most * HEADS * heads_width),
+        ("edge values", EDGES_PER_ROW * most * HEADS))}
+    keeps = scratch["edge values"] < 0.5
+    out, out_heads = (np.empty(most * size, np.float32) for size in (top, HEADS * heads_width))
+    longest = max(busy_block_edges(w, quick) * w for w in widths) + \
+        max(int(np.diff(indptr).max()) for indptr, _ in samples.values()) * top
+    workspace = [np.empty(longest, np.float32) for _ in range(BUSY_ARRAYS)]
+    timings = []         # (key prefix, table rows, width, names kept, run, short heads' run)
+    for (rows, csr), (indptr, cols) in samples.items():
+        n_v, edge_rows = len(indptr) - 1, EDGES_PER_ROW * rows
         weight = rng.random((len(cols), HEADS, 1), dtype=np.float32)
-        edge_rows = EDGES_PER_ROW * rows
-        edge_values = rng.random(edge_rows * HEADS, dtype=np.float32) if csr == "in" else None
-        edge_keeps = edge_values < 0.5 if csr == "in" else None
         eids = rng.integers(0, edge_rows, len(cols))
         for w in widths:
-            x = rng.random((rows, w), dtype=np.float32)
-            heads = K.by_head(rng.random((rows, HEADS, w), dtype=np.float32), HEADS,
-                              np.empty((HEADS, rows, w), np.float32)) if 4 <= w <= 8 else None
-            stored = edge_values[:edge_rows * w].reshape(edge_rows, w) \
-                if edge_values is not None and w <= HEADS else None
-            keep = edge_keeps[:edge_rows * w].reshape(edge_rows, w) \
-                if stored is not None else None
+            heads = _view(scratch["heads"], (HEADS, rows, w)) if 4 <= w <= heads_width \
+                else None
+            stored = keep = None
+            if csr == "in" and w <= HEADS:
+                stored = _view(scratch["edge values"], (edge_rows, w))
+                keep = _view(keeps, (edge_rows, w))
             blocks = blocks_of(indptr, busy_block_edges(w, quick))
             short = blocks_of(indptr, max(busy_block_edges(w, quick) // SHORT_BLOCKS, 1))
-            outputs = (np.empty((n_v, w), np.float32), np.empty((n_v, HEADS, w), np.float32))
-            longest = max(p1 - p0 for _, _, p0, p1 in blocks)
-            workspace = [np.empty(longest * w, np.float32) for _ in range(BUSY_ARRAYS)]
+            outputs = (_view(out, (n_v, w)), _view(out_heads, (n_v, HEADS, w)))
             timed = [name for name in BUSY_STATEMENTS if name and
                      (heads is not None or name != "gather_sum_heads") and
                      (stored is not None or name not in ("edge_take", "keep_take")) and
                      (csr == "in" or not name.startswith("segment"))]
-            for _ in range(BUSY_ROUNDS):
-                flush_cache()
-                took = _run_busy(K, x, heads, weight, stored, keep, eids, indptr, cols,
-                                 blocks, *outputs, workspace, segments=csr == "in")
-                if heads is not None:
-                    key = (prefix + "gather_sum_heads_short", rows, w)
-                    seconds = _run_short_heads(K, heads, weight, indptr, cols, short,
-                                               outputs[1], streamed)
-                    best[key] = min(best.get(key, np.inf),
-                                    max(seconds, 1e-12) / (len(cols) * HEADS))
-                for name, seconds in zip(BUSY_STATEMENTS, took):
-                    if name not in timed:
-                        continue
-                    per_head = name == "gather_sum_heads"
-                    table = edge_rows if name in ("edge_take", "keep_take") else rows
-                    key = (prefix + name + ("" if per_head else "_busy"), table, w)
-                    items = len(cols) * (HEADS if per_head else 1)
-                    best[key] = min(best.get(key, np.inf), max(seconds, 1e-12) / items)
+            run = functools.partial(_run_busy, K, _view(scratch["table"], (rows, w)), heads,
+                                    weight, stored, keep, eids, indptr, cols, blocks,
+                                    *outputs, workspace, segments=csr == "in")
+            run_short = None if heads is None else functools.partial(
+                _run_short_heads, K, heads, weight, indptr, cols, short, outputs[1], streamed)
+            prefix = "" if csr == "in" else "out_"
+            timings.append((prefix, rows, w, timed, run, run_short, len(cols)))
+    # Each round times every configuration once, as _fastest does: a busy moment on a
+    # shared machine then slows one round of each, not every round of one.
+    best = {}
+    for _ in range(BUSY_ROUNDS):
+        for prefix, rows, w, timed, run, run_short, n_e in timings:
+            flush_cache()
+            took = run()
+            if run_short is not None:
+                key = (prefix + "gather_sum_heads_short", rows, w)
+                best[key] = min(best.get(key, np.inf), max(run_short(), 1e-12) / (n_e * HEADS))
+            for name, seconds in zip(BUSY_STATEMENTS, took):
+                if name not in timed:
+                    continue
+                per_head = name == "gather_sum_heads"
+                table = EDGES_PER_ROW * rows if name in ("edge_take", "keep_take") else rows
+                key = (prefix + name + ("" if per_head else "_busy"), table, w)
+                items = n_e * (HEADS if per_head else 1)
+                best[key] = min(best.get(key, np.inf), max(seconds, 1e-12) / items)
     return best
 
 
