@@ -435,6 +435,35 @@ def test_a_block_with_edge_arrays_reads_the_busy_curves():
     assert any(busy_groups["gat"])
 
 
+def test_a_light_busy_block_reads_its_tables_steady_plus_their_first_reads():
+    """A busy block reading no rows by edge ids (no stored edge values, no edge dropout's
+    mask) keeps its node tables from block to block: its random reads cost the light
+    block's second pass ("_light_steady") plus the first reads of the rows it touches
+    ("_light_touch", calibration.first_reads); a block reading by edge ids, "_busy"."""
+    from ngnn import transformers as ngt
+    from ngnn.simulate.calibration import first_reads
+    from ngnn.simulate.numpy_plan import Block, NumPyPlan
+    curves = {"take" + suffix: simulate.Curve([1], [1], [[value]]) for suffix, value in (
+        ("_busy", 5e-9), ("_light", 4e-9), ("_light_steady", 1e-9), ("_light_touch", 2e-9))}
+    device = simulate.Device(**DEVICE, curves=curves)
+    transformer = ngt.make_transformer("numpy")
+    trainer = trainer_for("gat", lambda: transformer)
+    trainer.train_step.transform()
+    plan = NumPyPlan(trainer.train_step)
+    transformer.close()
+    kinds = set()
+    for group, writer in plan.writers.items():
+        block = Block(plan, writer, device, 1, set())
+        if not block.busy:
+            continue
+        kinds.add(block.light)
+        edges = 1000
+        expected = 1e-9 * edges + 2e-9 * first_reads(block.touched, edges) if block.light \
+            else 5e-9 * edges
+        assert block.blocked("take", edges, 1, 100, 1).seconds == pytest.approx(expected)
+    assert kinds == {True, False}
+
+
 def test_a_per_head_product_is_priced_by_the_length_of_its_blocks():
     """An attention group's per-head product costs what calibration measured in blocks
     as long as its own: the busy blocks' figure in blocks of busy_block_edges, the short
@@ -565,24 +594,33 @@ def test_calibration_times_a_blocks_statements_warm_and_its_tables_cold(monkeypa
 
 def test_busy_blocks_time_every_configuration_once_a_round(monkeypatch):
     """The busy block loops run round by round over every table size, CSR and width (a
-    busy moment of a shared machine slows one round of each, not all rounds of one),
-    and keep each statement's fastest round."""
+    busy moment of a shared machine slows one round of each, not all rounds of one): with
+    the reads by edge ids where a configuration has them ("_busy"), without them
+    ("_light"), and without them again, the tables as the first pass left them
+    ("_light_steady"). Each statement keeps its fastest round; a light block's first
+    reads ("_light_touch") are its two passes' difference per calibration.first_reads."""
     calibration = simulate.calibration
     runs = []
 
-    def run_busy(K, x, *args, segments):
-        runs.append((x.shape, segments))
-        return np.full(len(calibration.BUSY_STATEMENTS), len(runs) / 1e3)
+    def run_busy(K, x, heads, weight, stored, keep, **blocks):
+        runs.append((x.shape, blocks["segments"], stored is not None))
+        return np.full(len(calibration.BUSY_STATEMENTS), (1e4 - len(runs)) / 1e6)
 
     monkeypatch.setattr(calibration, "_run_busy", run_busy)
     best = calibration.busy_blocks(True, np.random.default_rng(0))
-    configurations = len(runs) // calibration.BUSY_ROUNDS
-    assert configurations == 2 * 2 * len(calibration.graph_sizes(True)[0])
-    assert runs == runs[:configurations] * calibration.BUSY_ROUNDS
-    rows, width = calibration.graph_sizes(True)[1][0], 1
-    first = runs.index(((rows, width), True)) + 1           # the fastest: its first round
-    assert best["take_busy", rows, width] == pytest.approx(
-        first / 1e3 / calibration.graph_sizes(True)[2], rel=0.01)
+    per_round = len(runs) // calibration.BUSY_ROUNDS
+    assert runs == runs[:per_round] * calibration.BUSY_ROUNDS
+    _, tables, edges = calibration.graph_sizes(True)
+    in_csr = ((tables[0], 1), True)
+    last = len(runs) - per_round + runs[:per_round].index(in_csr + (True,))
+    assert runs[last:last + 3] == [in_csr + (True,), in_csr + (False,), in_csr + (False,)]
+    seconds = [(1e4 - i) / 1e6 for i in range(last + 1, last + 4)]  # the last round's
+    indptr, cols = calibration.rmat_block(tables[0], edges, seed=1)
+    key = (tables[0], 1)
+    for name, expected in zip(("take_busy", "take_light", "take_light_steady"), seconds):
+        assert best[(name,) + key] == pytest.approx(expected / len(cols))
+    assert best[("take_light_touch",) + key] == pytest.approx(
+        (seconds[1] - seconds[2]) / calibration.first_reads(len(np.unique(cols)), len(cols)))
 
 
 def test_a_table_is_warm_for_its_share_written_in_the_last_cache_bytes_streamed():

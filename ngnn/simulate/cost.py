@@ -115,13 +115,16 @@ def primitive(device, name, items, width, rows=None, calls=1, moved=0.0):
     return Cost(seconds, 0, moved or items * 4 * width, kind="graph", calls=calls)
 
 
-def blocked(device, name, edges, width, rows, calls, busy=False):
+def blocked(device, name, edges, width, rows, calls, busy=False, light=False):
     """Primitive `name` over `edges` edges in a fused group's block loop, reading `width`
     floats per row from a table of `rows` rows: at its calibrated cost in blocks of its
     own, or, in a block with other edge arrays (`busy`), at its cost measured among them
-    (`name`_busy, calibration.busy_blocks), where they move its table out of the cache;
+    (`name`_busy, calibration.busy_blocks), where they move its table out of the cache,
+    or among them less rows read by edge ids (`light`: `name`_light, where measured);
     either where only the other was measured."""
     names = (name + "_busy", name) if busy else (name, name + "_busy")
+    if busy and light:
+        names = (name + "_light",) + names
     curve = next((n for n in names if n in device.curves), name)
     seconds = edges * per_item(device, curve, width, rows)
     return Cost(seconds, 2 * edges * width, edges * 4 * width, kind="graph", calls=calls)

@@ -111,6 +111,10 @@ class Block:
         taken = [arg for arg in group.inputs if writer.is_edge_sized(arg) and not
                  (arg in writer.csr_ordered and self.end == "dst")]
         self.busy = len(made) + len(taken) > 1
+        # A busy block reading no rows by edge ids (stored edge values, an edge dropout's
+        # mask) is a light one: its node tables can stay in the cache from block to block.
+        self.light = self.busy and not taken and not any(
+            isinstance(op, Dropout) and writer.is_edge_sized(op) for op in group.ops)
         # What the group streams of its own, read or written once: the other ends' ids
         # (int64) and its outputs.
         self.streams = 8 * self.edges + sum(nbytes(op) for op in group.outputs)
@@ -126,7 +130,14 @@ class Block:
         the rows it touches ("_touch", calibration.first_reads). (GCN at R-MAT 500K: a
         product's table of 8 MB, just written, is read over 5M edges while 48 MB of ids
         and output stream past.)"""
-        cost = blocked(self.device, name, edges, width, rows, calls, self.busy)
+        if self.light and name + "_light_touch" in self.device.curves:
+            # its steady cost (the light block's second pass over its sample) and the
+            # first reads of its rows, as a quiet block's
+            cost = blocked(self.device, name + "_light_steady", edges, width, rows, calls)
+            cost.seconds += first_reads(self.touched, edges) * \
+                per_item(self.device, name + "_light_touch", width, rows)
+            return cost
+        cost = blocked(self.device, name, edges, width, rows, calls, self.busy, self.light)
         if self.busy or table is None or name + "_warm" not in self.device.curves:
             return cost
         held = self.plan.warm(table, self.device)
