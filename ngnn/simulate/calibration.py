@@ -275,7 +275,7 @@ def busy_block_edges(width, quick=False):
 
 
 def busy_blocks(quick, rng):
-    """{(primitive + "_busy" (or "_light"...), table rows, width): seconds per item} of the
+    """{(primitive + "_busy", "_light"..., table rows, width): seconds per item} of the
     fused groups' primitives timed statement by statement in a busy block loop, written as the NumPy
     transformer writes a group with edge values (ngnn.transformers.numpy.fused): each
     block of vertices of an R-MAT CSR takes its edges' rows by the other end (at random)
