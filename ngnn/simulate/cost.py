@@ -120,8 +120,8 @@ def blocked(device, name, edges, width, rows, calls, busy=False, light=False):
     floats per row from a table of `rows` rows: at its calibrated cost in blocks of its
     own, or, in a block with other edge arrays (`busy`), at its cost measured among them
     (`name`_busy, calibration.busy_blocks), where they move its table out of the cache,
-    or among them less rows read by edge ids (`light`: `name`_light, where measured);
-    either where only the other was measured."""
+    or in such a block reading no rows by edge ids (`light`: `name`_light, where
+    measured); either where only the other was measured."""
     names = (name + "_busy", name) if busy else (name, name + "_busy")
     if busy and light:
         names = (name + "_light",) + names
