@@ -146,6 +146,12 @@ def first_reads(rows, edges):
     return float(np.sqrt(float(rows) * float(edges)))
 
 
+def touch_cost(cold, warm, distinct, edges):
+    """Seconds per unit of first_reads (a "_touch" curve's figure) of a sample of `edges`
+    reads touching `distinct` rows, from its cost per edge on a cold and on a warm cache."""
+    return max(cold - warm, 1e-12) * edges / first_reads(distinct, edges)
+
+
 def graph_sizes(quick):
     """(row widths, table rows, sample edges) the graph primitives are timed at: small
     ones for `quick`."""
@@ -276,8 +282,9 @@ def busy_block_edges(width, quick=False):
 
 def busy_blocks(quick, rng):
     """{(primitive + "_busy", "_light"..., table rows, width): seconds per item} of the
-    fused groups' primitives timed statement by statement in a busy block loop, written as the NumPy
-    transformer writes a group with edge values (ngnn.transformers.numpy.fused): each
+    fused groups' primitives timed statement by statement in a busy block loop, written
+    as the NumPy transformer writes a group with edge values
+    (ngnn.transformers.numpy.fused): each
     block of vertices of an R-MAT CSR takes its edges' rows by the other end (at random)
     and by its own (in order) into its workspace, adds them, reduces them by segment and
     runs the sparse products, in blocks of the group's byte budget. Each primitive then
@@ -320,7 +327,7 @@ def busy_blocks(quick, rng):
     timings = []         # (key prefix, table rows, width, names kept, runs, short heads' run)
     touched = {}         # {light key: (distinct rows its sample reads, edges)}
     for (rows, csr), (indptr, cols) in samples.items():
-        n_v, edge_rows = len(indptr) - 1, EDGES_PER_ROW * rows
+        n_v, edge_rows, distinct = len(indptr) - 1, EDGES_PER_ROW * rows, len(np.unique(cols))
         weight = rng.random((len(cols), HEADS, 1), dtype=np.float32)
         eids = rng.integers(0, edge_rows, len(cols))
         for w in widths:
@@ -349,7 +356,7 @@ def busy_blocks(quick, rng):
             prefix = "" if csr == "in" else "out_"
             timings.append((prefix, rows, w, timed, runs, run_short, len(cols)))
             for name in LIGHT_FIRST_READS:
-                touched[prefix + name + "_light", rows, w] = (len(np.unique(cols)), len(cols))
+                touched[prefix + name + "_light", rows, w] = (distinct, len(cols))
     # Each round times every configuration once, as _fastest does: a busy moment on a
     # shared machine then slows one round of each, not every round of one.
     best = {}
@@ -379,8 +386,8 @@ def busy_blocks(quick, rng):
                     best[key] = min(best.get(key, np.inf), max(seconds, 1e-12) / n_e)
     # A light block's first reads of its rows, as a quiet one's ("_touch", first_reads).
     for (name, rows, w), (distinct, n_e) in touched.items():
-        missed = best[name, rows, w] - best[name + "_steady", rows, w]
-        best[name + "_touch", rows, w] = max(missed, 1e-12) * n_e / first_reads(distinct, n_e)
+        best[name + "_touch", rows, w] = touch_cost(
+            best[name, rows, w], best[name + "_steady", rows, w], distinct, n_e)
     return best
 
 
@@ -612,10 +619,9 @@ def measure(quick=False, seed=0):
     # A cold table's reads cost their warm cost plus the first reads of its rows
     # ("_touch": seconds per first_reads of the sample).
     for (name, rows, w), distinct in touched.items():
-        edges = graph[name, rows, w][1]
-        missed = per_item[name, rows, w] - per_item[name + "_warm", rows, w]
-        per_item[name + "_touch", rows, w] = max(missed, 1e-12) * edges / \
-            first_reads(distinct, edges)
+        per_item[name + "_touch", rows, w] = touch_cost(
+            per_item[name, rows, w], per_item[name + "_warm", rows, w], distinct,
+            graph[name, rows, w][1])
     per_item.update(busy_blocks(quick, rng))
     curves = {}
     for name in sorted({key[0] for key in per_item}):

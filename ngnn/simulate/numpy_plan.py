@@ -134,8 +134,7 @@ class Block:
             # its steady cost (the light block's second pass over its sample) and the
             # first reads of its rows, as a quiet block's
             cost = blocked(self.device, name + "_light_steady", edges, width, rows, calls)
-            cost.seconds += first_reads(self.touched, edges) * \
-                per_item(self.device, name + "_light_touch", width, rows)
+            cost.seconds += self.first_reads(name + "_light_touch", edges, width, rows)
             return cost
         cost = blocked(self.device, name, edges, width, rows, calls, self.busy, self.light)
         if self.busy or table is None or name + "_warm" not in self.device.curves:
@@ -145,12 +144,16 @@ class Block:
             held *= min(1.0, self.device.cache_bytes / self.streams)
         warm = blocked(self.device, name + "_warm", edges, width, rows, calls)
         if name + "_touch" in self.device.curves:
-            misses = first_reads(self.touched, edges) * \
-                per_item(self.device, name + "_touch", width, rows)
+            misses = self.first_reads(name + "_touch", edges, width, rows)
             cost.seconds = warm.seconds + (1 - held) * misses
         else:
             cost.seconds = held * warm.seconds + (1 - held) * cost.seconds
         return cost
+
+    def first_reads(self, curve, edges, width, rows):
+        """Seconds of the first reads of the rows `edges` reads by the other ends' ids
+        touch, at `curve` (a "_touch" curve: calibration.first_reads)."""
+        return first_reads(self.touched, edges) * per_item(self.device, curve, width, rows)
 
     def columns(self, name):
         """The curve of primitive `name` reading rows by the other end's ids: a
