@@ -284,10 +284,10 @@ def busy_blocks(quick, rng):
     """{(primitive + "_busy", "_light"..., table rows, width): seconds per item} of the
     fused groups' primitives timed statement by statement in a busy block loop, written
     as the NumPy transformer writes a group with edge values
-    (ngnn.transformers.numpy.fused): each
-    block of vertices of an R-MAT CSR takes its edges' rows by the other end (at random)
-    and by its own (in order) into its workspace, adds them, reduces them by segment and
-    runs the sparse products, in blocks of the group's byte budget. Each primitive then
+    (ngnn.transformers.numpy.fused): each block of vertices of an R-MAT CSR takes its
+    edges' rows by the other end (at random) and by its own (in order) into its
+    workspace, adds them, reduces them by segment and runs the sparse products, in
+    blocks of the group's byte budget. Each primitive then
     finds the cache and the TLB as a group's other statements leave them: a
     random row read of a block ran 3 to 4 times slower there than in a loop of its own,
     its table moved out of the core's cache between blocks. The per-head product is
