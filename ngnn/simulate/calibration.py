@@ -287,20 +287,20 @@ def busy_blocks(quick, rng):
     (ngnn.transformers.numpy.fused): each block of vertices of an R-MAT CSR takes its
     edges' rows by the other end (at random) and by its own (in order) into its
     workspace, adds them, reduces them by segment and runs the sparse products, in
-    blocks of the group's byte budget. Each primitive then
-    finds the cache and the TLB as a group's other statements leave them: a
-    random row read of a block ran 3 to 4 times slower there than in a loop of its own,
-    its table moved out of the core's cache between blocks. The per-head product is
-    "gather_sum_heads" (attention groups are busy ones); "edge_take" reads rows of a
-    stored edge value by edge ids (at random, from a table of EDGES_PER_ROW rows a vertex:
-    keyed by its rows), "keep_take" an edge dropout's mask the same way (a byte a row per
-    head, the width: 1 ns an edge at R-MAT 100K, a quarter of a float's row); "out_" the
-    out-CSR's. The per-head product slows down in short blocks (each head's table is read
-    afresh in each block: R-MAT 100K, 8 heads of 8 floats, 119 ms in blocks of 9,709
-    edges against 103 ms in blocks of 87,381), and an attention group's blocks are short
-    (it makes many edge arrays a head), so it is timed again in blocks SHORT_BLOCKS times
-    shorter, each after writing a block's byte budget as the group's other statements
-    do: "gather_sum_heads_short". The same blocks without the reads by edge ids are the
+    blocks of the group's byte budget. Each primitive then finds the cache and the TLB
+    as a group's other statements leave them: a random row read of a block ran 3 to 4
+    times slower there than in a loop of its own, its table moved out of the core's
+    cache between blocks. The per-head product is "gather_sum_heads" (attention groups
+    are busy ones); "edge_take" reads rows of a stored edge value by edge ids (at
+    random, from a table of EDGES_PER_ROW rows a vertex: keyed by its rows), "keep_take"
+    an edge dropout's mask the same way (a byte a row per head, the width: 1 ns an edge
+    at R-MAT 100K, a quarter of a float's row); "out_" the out-CSR's. The per-head
+    product slows down in short blocks (each head's table is read afresh in each block:
+    R-MAT 100K, 8 heads of 8 floats, 119 ms in blocks of 9,709 edges against 103 ms in
+    blocks of 87,381), and an attention group's blocks are short (it makes many edge
+    arrays a head), so it is timed again in blocks SHORT_BLOCKS times shorter, each
+    after writing a block's byte budget as the group's other statements do:
+    "gather_sum_heads_short". The same blocks without the reads by edge ids are the
     "_light" curves: a group reading nothing by edge ids keeps its node tables in the
     cache from block to block, so a light block runs twice, and its random reads are
     priced as the second pass ("_light_steady") plus the first reads of their rows
