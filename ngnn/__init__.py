@@ -14,6 +14,7 @@ from .ops import (abs, aggregate, assign, cast, concat, cross_entropy, dot, drop
                   edge_softmax, elu, equal, exp, gather, leaky_relu, log, log_softmax, max, maximum,
                   mean, min, minimum, one_hot, relu, reshape, sigmoid, slice, softmax, sqrt,
                   stop_gradient, sum, tanh, transpose)
+from .ops import binary_cross_entropy_with_logits, softplus
 from .autodiff import grad
 from .graph import Graph
 from .frontend import TracingError

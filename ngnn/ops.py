@@ -3,7 +3,7 @@ import numpy as np
 
 from .op_graph import (Abs, Assign, Cast, Concat, Dot, Elu, Equal, Exp, LeakyRelu, Log, LogSoftmax,
                        Max, Maximum, Mean, Min, Minimum, OneHot, Relu, Reshape, Sigmoid, Slice,
-                       Softmax, Sqrt, StopGradient, Sum, Tanh, Transpose, as_ops)
+                       Softmax, Softplus, Sqrt, StopGradient, Sum, Tanh, Transpose, as_ops)
 from .op_graph.graph_ops import aggregate, edge_softmax, gather  # noqa: F401 (re-exported)
 from .op_graph.training_ops import dropout  # noqa: F401 (re-exported)
 
@@ -17,6 +17,7 @@ def log(x): return Log(x)
 def sqrt(x): return Sqrt(x)
 def tanh(x): return Tanh(x)
 def sigmoid(x): return Sigmoid(x)
+def softplus(x): return Softplus(x)
 def relu(x): return Relu(x)
 def elu(x): return Elu(x)
 def abs(x): return Abs(x)  # noqa: A001 (mirrors numpy's name)
@@ -84,3 +85,28 @@ def cross_entropy(logits, labels, mask=None):
                          f"{labels.shape}")
     weight = Cast(mask, logits.dtype)
     return -Sum(picked * weight) / Maximum(Sum(weight), 1.0)
+
+
+def binary_cross_entropy_with_logits(logits, labels, mask=None):
+    """Mean over elements (over those where `mask` is true) of
+    -(y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))) for logits x and labels y in [0, 1],
+    written softplus(x) - x y: finite for any logit, with gradient sigmoid(x) - y."""
+    logits, labels = as_ops(logits, labels)
+    if labels.shape != logits.shape:
+        from .op_graph import ShapeError
+        raise ShapeError(f"binary_cross_entropy_with_logits: labels shape {labels.shape} "
+                         f"differs from logits shape {logits.shape}")
+    if logits.dtype.kind != "f":
+        from .op_graph import ShapeError
+        raise ShapeError(f"binary_cross_entropy_with_logits: logits must be floats, got "
+                         f"{logits.dtype}")
+    losses = Softplus(logits) - logits * Cast(labels, logits.dtype)
+    if mask is None:
+        return Mean(losses)
+    (mask,) = as_ops(mask)
+    if mask.shape != logits.shape:
+        from .op_graph import ShapeError
+        raise ShapeError(f"binary_cross_entropy_with_logits: mask shape {mask.shape} differs "
+                         f"from logits shape {logits.shape}")
+    weight = Cast(mask, logits.dtype)
+    return Sum(losses * weight) / Maximum(Sum(weight), 1.0)

@@ -60,6 +60,12 @@ def test_unary(transformer_factory, fn):
     check_gradient(fn, [away_from_zero(4, 3)], transformer_factory)
 
 
+def test_softplus_also_at_zero(transformer_factory):
+    # Smooth everywhere, so the check may straddle 0 (where sigmoid gives 1/2).
+    check_gradient(ng.softplus, [np.array([[-30.0, -1.5, -1e-3], [0.0, 0.7, 25.0]])],
+                   transformer_factory)
+
+
 @pytest.mark.parametrize("fn", [ng.log, ng.sqrt], ids=["log", "sqrt"])
 def test_unary_on_positive_values(transformer_factory, fn):
     check_gradient(fn, [positive(4, 3)], transformer_factory)

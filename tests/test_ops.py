@@ -80,6 +80,7 @@ UNARY = {
     "relu": (ng.relu, lambda x: np.maximum(x, 0)),
     "elu": (ng.elu, lambda x: np.where(x > 0, x, np.expm1(x))),
     "abs": (ng.abs, np.abs),
+    "softplus": (ng.softplus, lambda x: np.logaddexp(x, 0.0)),
 }
 
 
@@ -120,6 +121,13 @@ def test_leaky_relu(transformer_factory, alpha):
 def test_leaky_relu_default_alpha_is_0_2(transformer_factory):
     a = np.array([-1.0, 2.0], dtype=np.float32)
     assert_close(run(transformer_factory, ng.leaky_relu, a), [-0.2, 2.0])
+
+
+def test_softplus_is_stable_at_extremes(transformer_factory):
+    a = np.array([-1000.0, -40.0, 0.0, 40.0, 1000.0], dtype=np.float32)
+    out = run(transformer_factory, ng.softplus, a)
+    assert_close(out, np.logaddexp(a.astype(np.float64), 0.0))
+    assert out[0] == 0.0 and out[1] > 0.0      # no overflow, no digits lost below zero
 
 
 def test_sigmoid_and_softmax_are_stable_at_extremes(transformer_factory):

@@ -4,7 +4,7 @@ from .op import (Attr, Op, Leaf, Placeholder, Variable, Constant, ShapeError, Sp
 from .elementwise import (ElementWise, UnaryOp, BinaryOp, Add, Subtract, Multiply, Divide,
                           Power, Maximum, Minimum, Comparison, Greater, GreaterEqual, LessEqual,
                           Equal, Negative, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Abs, Sign,
-                          LeakyRelu, Elu, Cast, StopGradient, unbroadcast, zeros)
+                          LeakyRelu, Elu, Softplus, Cast, StopGradient, unbroadcast, zeros)
 from .reductions import Reduction, Sum, Mean, Max, Min, Softmax, LogSoftmax
 from .layout import LayoutOp, Reshape, Transpose, Broadcast, Concat, Slice, Unslice
 from .linalg import Dot

@@ -219,6 +219,19 @@ class Sigmoid(UnaryOp):
         return [delta * self * (1.0 - self)]
 
 
+class Softplus(UnaryOp):
+    """log(1 + exp(x)), without overflow for large x or lost digits for very negative x:
+    the stable form of a binary cross-entropy's log-sigmoid terms (log sigmoid(x) is
+    -softplus(-x)). Its derivative is sigmoid(x), also where x is 0, which a composition of
+    relu and abs would get wrong there."""
+    numpy = "np.logaddexp({x}, 0.0, out={out})"
+    # NaN stays NaN: fmax drops it but the log1p term keeps it.
+    c = "(fmax({x}, 0.0f) + log1p(exp(-fabs({x}))))"
+
+    def adjoints(self, delta):
+        return [delta * Sigmoid(self.args[0])]
+
+
 class Relu(UnaryOp):
     numpy = "np.maximum({x}, 0, out={out})"
     c = "(((({x}) > 0.0f) | (({x}) != ({x}))) ? ({x}) : 0.0f)"
