@@ -293,17 +293,37 @@ def test_feature_lists_need_distinct_names_and_the_right_rows():
         ng.zoomIn(g, edge_feat=[h])
 
 
-def test_zoom_out_needs_a_per_vertex_value():
-    h, w, _, _ = inputs()
+def test_zoom_out_of_edge_values_gives_edge_tensors_in_edge_id_order(transformer_factory):
+    # The form of a link predictor's decoder: one score per edge (query pair) from both ends.
+    h, w, hv, wv = inputs()
     with ng.zoomIn(graph(), node_feat=[h], edge_feat=[w]) as v:
-        msgs = [n.h for n in v.innbs]
-        edges = [e.w for e in v.inedges]
-    with pytest.raises(TracingError, match="per neighbour .*scope innbs"):
-        ng.zoomOut(msgs[0])
-    with pytest.raises(TracingError, match="per edge .*scope inedge"):
-        ng.zoomOut(edges[0])
+        scores = [ng.sum(n.h * v.h, axis=-1) for n in v.innbs]
+        weighted = [e.w * v.h for e in v.inedges]
+        sources = [n.h for n in v.innbs]
+        outgoing = [n.h - e.w for n, e in zip(v.outnbs, v.outedges)]
+    outs = ng.zoomOut(scores, weighted[0], sources, outgoing)
+    assert [o.shape for o in outs] == [(E,), (E, F), (E, F), (E, F)]
+    t = transformer_factory()
+    got = t.computation(list(outs) + ng.grad(ng.sum(outs[0] * outs[0]), [h]), h, w)(hv, wv)
+    np.testing.assert_allclose(got[0], np.sum(hv[SRC] * hv[DST], axis=-1), rtol=1e-12)
+    np.testing.assert_allclose(got[1], wv * hv[DST], rtol=1e-12)
+    np.testing.assert_allclose(got[2], hv[SRC], rtol=1e-12)
+    np.testing.assert_allclose(got[3], hv[DST] - wv, rtol=1e-12)
+    score = np.sum(hv[SRC] * hv[DST], axis=-1, keepdims=True)
+    expected = add_at(N, SRC, 2 * score * hv[DST]) + add_at(N, DST, 2 * score * hv[SRC])
+    np.testing.assert_allclose(got[4], expected, rtol=1e-12)
+
+
+def test_zoom_out_needs_a_value_traced_in_zoom_in():
+    h, _, _, _ = inputs()
+    with ng.zoomIn(graph(), node_feat=[h]) as v:
+        both, single = [v.h, v.h], [v.h]
     with pytest.raises(TracingError, match="traced inside ng.zoomIn"):
         ng.zoomOut(h)
+    with pytest.raises(TracingError, match="traced inside ng.zoomIn"):
+        ng.zoomOut(both)
+    with pytest.raises(TracingError, match="one per-vertex value"):
+        ng.zoomOut(single)
 
 
 def test_reductions_need_a_neighbour_list():

@@ -32,7 +32,10 @@ def lower_zoom_outs(results):
             context = op.context
             if context.lowering is None:
                 context.lowering = Lowering(context.graph)
-            op.forward = context.lowering.lower(op.args[0])
+            value = context.lowering.lower(op.args[0])
+            if op.over is not None:       # an edge-level output
+                value = context.lowering.on_edges(op.args[0], op.over)
+            op.forward = value
 
 
 class Lowering:

@@ -75,29 +75,36 @@ class LocalAggregate(Op):
 
 
 class ZoomOut(Op):
-    """A per-vertex value as a node tensor (N,) + shape. Lowering forwards it to the
-    whole-graph ops that compute it."""
+    """A traced value as a whole-graph tensor: a per-vertex value as a node tensor
+    (num_dst,) + shape, a per-edge or per-neighbour value as an edge tensor
+    (num_edges,) + shape in edge id order. Lowering forwards it to the whole-graph ops that
+    compute it."""
 
     def __init__(self, value):
+        graph = value.zoom.graph
+        # None for a per-vertex value, else the edges the value has one row per.
+        self.over = EDGE_SET.get(value.scope)
+        rows = graph.num_dst if self.over is None else graph.num_edges
         # An explicit scope skips the open-context check: zoomOut runs after the context.
-        super().__init__([value], shape=(value.zoom.graph.num_dst,) + value.shape,
-                         dtype=value.dtype, scope="v")
+        super().__init__([value], shape=(rows,) + value.shape, dtype=value.dtype, scope="v")
         self.context = value.zoom
         self.scope, self.zoom = None, None
 
 
 def zoomOut(*values):
-    """The node tensors of per-vertex values traced in ng.zoomIn: one op, or a tuple."""
+    """The whole-graph tensors of values traced in ng.zoomIn, one op or a tuple: a
+    per-vertex value gives a node tensor; a per-edge value, or a neighbour list such as
+    `[ng.sum(n.h * v.h) for n in v.innbs]`, gives an edge tensor with one row per edge of
+    the graph, in edge id order (an edge-level output: the scores of a link predictor's
+    query pairs)."""
     outs = []
     for value in values:
+        if isinstance(value, (list, tuple)) and neighbour_value(value) is not None:
+            value = value[0]
         if not isinstance(value, Op) or value.zoom is None:
             raise TracingError(at_user_line(
-                f"ng.zoomOut needs a per-vertex value traced inside ng.zoomIn, got {value!r}"))
-        if value.scope != "v":
-            raise TracingError(at_user_line(
-                f"ng.zoomOut needs a per-vertex value (scope v), but {value!r} has one value "
-                f"per {'edge' if value.scope.endswith('edge') else 'neighbour'} (scope "
-                f"{value.scope}); reduce it first, e.g. sum(...) or ng.mean([...])"))
+                f"ng.zoomOut needs a per-vertex or per-edge value traced inside ng.zoomIn "
+                f"(or a list of one such value per neighbour), got {value!r}"))
         outs.append(ZoomOut(value))
     return outs[0] if len(outs) == 1 else tuple(outs)
 
