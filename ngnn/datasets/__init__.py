@@ -7,7 +7,9 @@ from ngnn.datasets.dataset import Dataset
 from ngnn.datasets.edge_list import load_edge_list
 from ngnn.datasets.embedded import info, load, names
 from ngnn.datasets.interop import from_dgl, from_pyg
+from ngnn.datasets.link_split import LinkSplit, link_split
 from ngnn.datasets.synthetic import synthetic
 
 __all__ = ["Dataset", "load", "names", "info", "load_edge_list", "synthetic", "from_pyg",
            "from_dgl"]
+__all__ += ["LinkSplit", "link_split"]
