@@ -123,6 +123,8 @@ def attach_part(args, data):
 # ---- subcommands -------------------------------------------------------------------------
 
 def cmd_train(args):
+    if getattr(args, "task", "node") == "link":
+        return cmd_train_link(args)
     data = load_dataset(args)
     print(data.summary())
     if distributed(args):
@@ -181,6 +183,114 @@ def _run_path(path, run, runs):
         return path
     stem, ext = os.path.splitext(path)
     return f"{stem}.run{run + 1}{ext or '.npz'}"
+
+
+# ---- link prediction (--task link) -----------------------------------------------------------
+
+# The GAE paper's setting (Kipf & Welling 2016): a GCN encoder of 32 hidden and 16 latent
+# features, no dropout or weight decay, Adam with lr 0.01 for 200 epochs, raw features.
+LINK_DEFAULTS = dict(hidden=32, latent=16, dropout=0.0, lr=0.01, weight_decay=0.0, epochs=200)
+# Options of node classification that link training does not take.
+NOT_FOR_LINKS = ("patience", "save", "plot", "batch_size", "fanouts", "eval_fanouts",
+                 "partition", "partition_dir")
+
+
+def fill_link_defaults(args):
+    for key, value in LINK_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.heads is None:
+        args.heads = MODEL_DEFAULTS[args.model]["heads"]
+
+
+def build_encoder(args, data, seed):
+    """The node model of --model, with --latent output features."""
+    from ngnn import nn
+    size = dict(dropout=args.dropout, seed=seed)
+    if args.model == "gcn":
+        return nn.GCN(data.num_features, args.hidden, args.latent, **size)
+    if args.model == "gat":
+        return nn.GAT(data.num_features, hidden=args.hidden, heads=args.heads,
+                      num_classes=args.latent, **size)
+    if args.model == "sage":
+        return nn.GraphSAGE(data.num_features, args.hidden, args.latent, **size)
+    return nn.GIN(data.num_features, args.hidden, args.latent, **size)
+
+
+def cmd_train_link(args):
+    from ngnn import datasets, nn, optim
+    from ngnn import transformers as ngt
+    from ngnn.link_train import LinkTrainer
+    given = [key for key in NOT_FOR_LINKS if getattr(args, key, None)]
+    if given:
+        raise ValueError(f"--task link does not take --{given[0].replace('_', '-')} (link "
+                         "training is full-graph, with the weights of the best validation AUC)")
+    data = load_dataset(args)
+    print(data.summary())
+    split = datasets.link_split(data, val=0.05, test=0.1, seed=args.split_seed)
+    print(split.summary())
+    print(f"model {args.model} encoder: hidden {args.hidden}" +
+          (f" x {args.heads} heads" if args.model == "gat" else "") +
+          f", latent {args.latent}, {args.decoder} decoder, dropout {args.dropout}, lr "
+          f"{args.lr}, weight decay {args.weight_decay}, {args.epochs} epochs, "
+          f"negatives per link {args.neg_ratio:g}, "
+          f"{'normalized' if args.normalize_features else 'raw'} features, backend "
+          f"{args.backend}")
+    options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
+               if getattr(args, key, None)}
+    results, epoch_times = {"val": [], "test": []}, []
+    for run in range(args.runs):
+        seed = args.seed + run
+        encoder = build_encoder(args, data, seed)
+        decoder = nn.MLPDecoder(args.latent, args.latent, seed=seed) \
+            if args.decoder == "mlp" else nn.DotDecoder()
+        model = nn.LinkPredictor(encoder, decoder)
+        transformer = ngt.make_transformer(args.backend,
+                                           wide_accumulation=not args.float32_sums, **options)
+        try:
+            trainer = LinkTrainer(model, split, optim.Adam(model.parameters(), lr=args.lr,
+                                                           weight_decay=args.weight_decay),
+                                  seed=seed, normalize=args.normalize_features,
+                                  transformer=transformer,
+                                  sparse=SPARSE_CHOICES[args.sparse_features],
+                                  neg_ratio=args.neg_ratio)
+            history = trainer.fit(args.epochs, progress=not args.no_progress)
+            per_epoch = trainer.time_per_epoch() if len(history) > 1 else None
+            result = trainer.evaluate()
+        finally:
+            transformer.close()
+        for name in results:
+            results[name].append([100 * result[name]["auc"], 100 * result[name]["ap"]])
+        timing = ""
+        if per_epoch is not None:
+            epoch_times.append(per_epoch)
+            timing = f", {1000 * per_epoch:.1f} ms/epoch"
+        (val_auc, val_ap), (test_auc, test_ap) = results["val"][-1], results["test"][-1]
+        print(f"run {run + 1}/{args.runs} (seed {seed}): val AUC {val_auc:.1f} AP {val_ap:.1f},"
+              f" test AUC {test_auc:.1f} AP {test_ap:.1f}, MRR "
+              f"{100 * result['test']['mrr']:.1f}, Hits@50 "
+              f"{100 * result['test'].get('hits@50', float('nan')):.1f}{timing}", flush=True)
+    if epoch_times:
+        print(f"time per epoch: {1000 * np.mean(epoch_times):.1f} ms "
+              f"(training step + validation, first epoch excluded)")
+    for name in ("val", "test"):
+        (auc, ap), (auc_std, ap_std) = np.mean(results[name], 0), np.std(results[name], 0)
+        print(f"{name} AUC: {auc:.1f} ± {auc_std:.1f}, AP: {ap:.1f} ± {ap_std:.1f}" +
+              (f" ({args.runs} runs)" if name == "test" else ""))
+    return 0
+
+
+def _add_link_options(parser):
+    group = parser.add_argument_group("link prediction (--task link)")
+    group.add_argument("--latent", type=integer(1),
+                       help="features of the node embeddings the decoder scores (default 16)")
+    group.add_argument("--decoder", choices=("dot", "mlp"), default="dot",
+                       help="score a pair by the embeddings' dot product, or by an MLP over "
+                       "their element-wise product")
+    group.add_argument("--neg-ratio", type=real(0.0), default=1.0,
+                       help="negative pairs per training link, drawn anew each epoch")
+    group.add_argument("--split-seed", type=integer(0), default=0,
+                       help="seed of the link split (5%% validation, 10%% test links)")
 
 
 def cmd_datasets(args):
@@ -507,8 +617,9 @@ def _add_model_options(parser, datasets):
     parser.add_argument("--seed", type=integer(0), default=0,
                         help="seed of the first run; run i uses seed + i")
     parser.add_argument("--no-normalize-features", dest="normalize_features",
-                        action="store_false",
-                        help="keep the raw features (default: rows scaled to sum 1)")
+                        action="store_false", default=None,
+                        help="keep the raw features (default: rows scaled to sum 1, except "
+                        "for --task link, which keeps them raw as GAE does)")
     parser.add_argument("--sparse-features", choices=tuple(SPARSE_CHOICES), default="auto",
                         help="feed the features as a sparse matrix (auto: when under 10%% "
                         "of them are non-zero)")
@@ -529,6 +640,9 @@ def make_parser():
 
     train = sub.add_parser("train", help="train a model and report its accuracy")
     _add_model_options(train, datasets)
+    train.add_argument("--task", choices=("node", "link"), default="node",
+                       help="node classification, or link prediction (test AUC and AP)")
+    _add_link_options(train)
     train.add_argument("--backend", choices=backends, default="numpy")
     train.add_argument("--epochs", type=integer(1))
     train.add_argument("--patience", type=integer(1),
@@ -631,6 +745,10 @@ def make_parser():
 
 
 def _fill_defaults(args):
+    if getattr(args, "task", "node") == "link":
+        fill_link_defaults(args)
+    if getattr(args, "normalize_features", False) is None:    # GAE trains on raw features
+        args.normalize_features = getattr(args, "task", "node") != "link"
     defaults = MODEL_DEFAULTS[args.model]
     for key, value in defaults.items():
         if getattr(args, key, value) is None:
