@@ -133,6 +133,14 @@ def test_initial_values(transformer_factory):
     assert t.variable_value(arr).dtype == np.float32
 
 
+def test_float64_initial_values_keep_every_digit(transformer_factory):
+    value = np.array([0.1, 1 / 3, np.pi])       # none of them is a float32
+    var = ng.variable((3,), dtype=np.float64, initial_value=value, name="exact")
+    t = transformer_factory()
+    t.computation(var + 0.0)
+    np.testing.assert_array_equal(t.variable_value(var), value)
+
+
 def test_init_runs_once_per_variable(transformer_factory):
     t = transformer_factory()
     v = ng.variable((), initial_value=1.0, name="v")

@@ -469,8 +469,9 @@ class Transformer:
         new = list(dict.fromkeys(new))
         if not new:
             return
-        init = Computation(self, [Assign(v, Constant(v.initial_value)) for v in new], (),
-                           name="init")
+        # In the variable's own dtype: a bare Constant would round float64 values to float32.
+        init = Computation(self, [Assign(v, Constant(v.initial_value, dtype=v.dtype))
+                                  for v in new], (), name="init")
         init.transform()
         init.executor(0)
         self.initialized_variables.update(new)
