@@ -25,6 +25,7 @@ from ngnn import link_metrics, optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
 from ngnn.graph import Graph
+from ngnn.op_graph import SparseInputError
 from ngnn.sampling import GraphSlot, NegativeSampler
 from ngnn.train import is_float32_memmap, normalize_features, seed_dropout, use_sparse
 
@@ -70,16 +71,12 @@ class LinkTrainer:
         labels = np.concatenate([np.ones(self.num_pos), np.zeros(self.num_neg)])
 
         features = normalize_features(data.features) if normalize else data.features
-        self.sparse = use_sparse(features, sparse)
-        self.x = ng.placeholder(features.shape, name="features", sparse=self.sparse)
-        if self.sparse:
-            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
-        else:
-            self.features = features.toarray() if scipy.sparse.issparse(features) else \
-                features if is_float32_memmap(features) else \
-                np.asarray(features, dtype=np.float32)
-        logits = model(split.graph, self.x, self.pairs, training=True)
-        lower_zoom_outs([logits])
+        logits = self._feed(features, use_sparse(features, sparse))
+        if logits is None:          # the encoder's first op takes no sparse input
+            if sparse:
+                raise ValueError(f"LinkTrainer: {type(model.encoder).__name__} cannot take "
+                                 "sparse features; pass sparse=False")
+            logits = self._feed(features, False)
         self.loss = ng.binary_cross_entropy_with_logits(
             logits, ng.constant(labels, dtype=logits.dtype))
         updates = self.optimizer.updates(self.loss)
@@ -94,6 +91,26 @@ class LinkTrainer:
             [model.decode(self.eval_pairs[name], z) for name in ("val", "test")], self.x,
             name="link_evaluate")
         self.history = []
+
+    def _feed(self, features, sparse):
+        """Sets the features placeholder and value, sparse or dense; returns the training
+        logits of the pairs, or None when the encoder refuses a sparse input."""
+        self.sparse = sparse
+        self.x = ng.placeholder(features.shape, name="features", sparse=sparse)
+        if sparse:
+            self.features = scipy.sparse.csr_matrix(features, dtype=np.float32)
+        else:
+            self.features = features.toarray() if scipy.sparse.issparse(features) else \
+                features if is_float32_memmap(features) else \
+                np.asarray(features, dtype=np.float32)
+        try:
+            logits = self.model(self.split.graph, self.x, self.pairs, training=True)
+            lower_zoom_outs([logits])       # vertex-centric code meets the input here
+            return logits
+        except SparseInputError:
+            if not sparse:
+                raise
+            return None
 
     # ---- training ------------------------------------------------------------------------
     def sample_pairs(self):
