@@ -354,6 +354,20 @@ def test_the_training_step_compiles_once_for_every_epochs_pairs(transformer_fact
     assert np.all(np.isfinite(losses))
 
 
+def test_every_backend_trains_as_numpy_does_over_new_pairs(transformer_factory):
+    # Each step loads new pairs into the slot: a backend that kept the first step's index
+    # arrays on its device would drift from NumPy's losses after it.
+    from ngnn import transformers as ngt
+    with ngt.make_transformer("numpy") as t:
+        trainer = make_trainer(t)
+        expected = [trainer.step() for _ in range(4)]
+        expected_scores = trainer.scores()["test"]
+    trainer = make_trainer(transformer_factory())
+    np.testing.assert_allclose([trainer.step() for _ in range(4)], expected, rtol=1e-4)
+    for ours, theirs in zip(trainer.scores()["test"], expected_scores):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-5)
+
+
 def test_training_learns_and_is_reproducible():
     from ngnn import transformers as ngt
     results = []
