@@ -125,6 +125,7 @@ def attach_part(args, data):
 def cmd_train(args):
     if getattr(args, "task", "node") == "link":
         return cmd_train_link(args)
+    refuse_link_options(args)
     data = load_dataset(args)
     print(data.summary())
     if distributed(args):
@@ -189,7 +190,9 @@ def _run_path(path, run, runs):
 
 # The GAE paper's setting (Kipf & Welling 2016): a GCN encoder of 32 hidden and 16 latent
 # features, no dropout or weight decay, Adam with lr 0.01 for 200 epochs, raw features.
-LINK_DEFAULTS = dict(hidden=32, latent=16, dropout=0.0, lr=0.01, weight_decay=0.0, epochs=200)
+LINK_DEFAULTS = dict(hidden=32, latent=16, dropout=0.0, lr=0.01, weight_decay=0.0, epochs=200,
+                     decoder="dot", neg_ratio=1.0, split_seed=0)
+LINK_ONLY = ("latent", "decoder", "neg_ratio", "split_seed")
 # Options of node classification that link training does not take.
 NOT_FOR_LINKS = ("patience", "save", "plot", "batch_size", "fanouts", "eval_fanouts",
                  "partition", "partition_dir")
@@ -203,18 +206,25 @@ def fill_link_defaults(args):
         args.heads = MODEL_DEFAULTS[args.model]["heads"]
 
 
+def refuse_link_options(args):
+    given = [key for key in LINK_ONLY if getattr(args, key, None) is not None]
+    if given:
+        raise ValueError(f"--{given[0].replace('_', '-')} is an option of link prediction; "
+                         "add --task link")
+
+
 def build_encoder(args, data, seed):
     """The node model of --model, with --latent output features."""
     from ngnn import nn
-    size = dict(dropout=args.dropout, seed=seed)
+    common = dict(dropout=args.dropout, seed=seed)
     if args.model == "gcn":
-        return nn.GCN(data.num_features, args.hidden, args.latent, **size)
+        return nn.GCN(data.num_features, args.hidden, args.latent, **common)
     if args.model == "gat":
         return nn.GAT(data.num_features, hidden=args.hidden, heads=args.heads,
-                      num_classes=args.latent, **size)
+                      num_classes=args.latent, **common)
     if args.model == "sage":
-        return nn.GraphSAGE(data.num_features, args.hidden, args.latent, **size)
-    return nn.GIN(data.num_features, args.hidden, args.latent, **size)
+        return nn.GraphSAGE(data.num_features, args.hidden, args.latent, **common)
+    return nn.GIN(data.num_features, args.hidden, args.latent, **common)
 
 
 def cmd_train_link(args):
@@ -284,13 +294,15 @@ def _add_link_options(parser):
     group = parser.add_argument_group("link prediction (--task link)")
     group.add_argument("--latent", type=integer(1),
                        help="features of the node embeddings the decoder scores (default 16)")
-    group.add_argument("--decoder", choices=("dot", "mlp"), default="dot",
-                       help="score a pair by the embeddings' dot product, or by an MLP over "
-                       "their element-wise product")
-    group.add_argument("--neg-ratio", type=real(0.0), default=1.0,
-                       help="negative pairs per training link, drawn anew each epoch")
-    group.add_argument("--split-seed", type=integer(0), default=0,
-                       help="seed of the link split (5%% validation, 10%% test links)")
+    group.add_argument("--decoder", choices=("dot", "mlp"),
+                       help="score a pair by the embeddings' dot product (default), or by an "
+                       "MLP over their element-wise product")
+    group.add_argument("--neg-ratio", type=real(0.0),
+                       help="negative pairs per training link, drawn anew each epoch "
+                       "(default 1)")
+    group.add_argument("--split-seed", type=integer(0),
+                       help="seed of the link split (5%% validation, 10%% test links; "
+                       "default 0)")
 
 
 def cmd_datasets(args):

@@ -448,3 +448,9 @@ def test_train_task_link_bad_options(capsys, argv, match):
         code = exit.code
     assert code != 0
     assert re.search(match, capsys.readouterr().err)
+
+
+def test_link_options_need_task_link(capsys):
+    assert main(["train", *SBM, "--epochs", "2", "--no-progress", "--latent", "8"]) == 1
+    assert "--latent is an option of link prediction; add --task link" in \
+        capsys.readouterr().err
