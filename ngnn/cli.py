@@ -632,6 +632,10 @@ def _add_model_options(parser, datasets):
                         action="store_false", default=None,
                         help="keep the raw features (default: rows scaled to sum 1, except "
                         "for --task link, which keeps them raw as GAE does)")
+    parser.add_argument("--normalize-features", dest="normalize_features",
+                        action="store_true", default=None,
+                        help="scale the feature rows to sum 1 (the default but for --task "
+                        "link)")
     parser.add_argument("--sparse-features", choices=tuple(SPARSE_CHOICES), default="auto",
                         help="feed the features as a sparse matrix (auto: when under 10%% "
                         "of them are non-zero)")

@@ -427,7 +427,19 @@ def test_train_task_link_prints_auc_and_ap(capsys):
     assert re.fullmatch(r"test AUC: \d+\.\d ± \d+\.\d, AP: \d+\.\d ± \d+\.\d \(2 runs\)",
                         lines[-1])
     assert any(line.startswith("link split (undirected): ") for line in lines)
-    assert any("latent 16, dot decoder, dropout 0.0" in line for line in lines)
+    assert any("latent 16, dot decoder, dropout 0.0" in line and "raw features" in line
+               for line in lines)
+
+
+@pytest.mark.parametrize("argv, normalized", [([], True), (["--task", "link"], False),
+                                              (["--task", "link", "--normalize-features"],
+                                               True),
+                                              (["--no-normalize-features"], False)])
+def test_features_are_normalized_but_for_links_unless_asked(argv, normalized):
+    from ngnn import cli
+    args = cli.make_parser().parse_args(["train", *argv])
+    cli._fill_defaults(args)
+    assert args.normalize_features is normalized
 
 
 def test_train_task_link_with_the_mlp_decoder(capsys):
