@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 
 for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[variable] = "1"
@@ -72,7 +73,9 @@ def pyg_run(data, split, epochs, seed, normalize, sparse=False):
     x = torch.from_numpy(np.asarray(features.todense() if hasattr(features, "todense")
                                     else features, dtype=np.float32))
     if sparse:
-        x = x.to_sparse_csr()
+        with warnings.catch_warnings():      # torch calls its CSR support a beta
+            warnings.simplefilter("ignore", UserWarning)
+            x = x.to_sparse_csr()
     graph = split.graph
     edge_index = torch.from_numpy(np.stack([graph.src, graph.dst]))
     train_pos = torch.from_numpy(split.train_pos)
