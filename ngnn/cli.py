@@ -203,7 +203,9 @@ def fill_link_defaults(args):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     if args.heads is None:
-        args.heads = MODEL_DEFAULTS[args.model]["heads"]
+        args.heads = 8 if args.model == "gat" else 1      # the GAT paper's first layer
+    if args.normalize_features is None:                   # GAE feeds raw features
+        args.normalize_features = False
 
 
 def refuse_link_options(args):
@@ -763,8 +765,8 @@ def make_parser():
 def _fill_defaults(args):
     if getattr(args, "task", "node") == "link":
         fill_link_defaults(args)
-    if getattr(args, "normalize_features", False) is None:    # GAE trains on raw features
-        args.normalize_features = getattr(args, "task", "node") != "link"
+    if getattr(args, "normalize_features", False) is None:
+        args.normalize_features = True
     defaults = MODEL_DEFAULTS[args.model]
     for key, value in defaults.items():
         if getattr(args, key, value) is None:

@@ -139,12 +139,15 @@ def test_negatives_are_fixed_by_seed_and_epoch_and_new_each_epoch():
     assert np.unique(drawn[0]).size > 100       # spread over the vertices
 
 
-def test_negatives_without_a_seed_take_the_next_dropout_key():
-    from ngnn.op_graph.training_ops import dropout_seed
+def test_negatives_without_a_seed_take_their_key_where_dropouts_do(monkeypatch):
+    # One place hands out the keys of unseeded random ops, so reseeding it (ng.manual_seed)
+    # reseeds the negatives with the dropout masks.
+    from ngnn.sampling import negative
     g = sbm().graph
-    first = NegativeSampler(g).seed
-    between = dropout_seed(None)
-    assert NegativeSampler(g).seed == between + 1 and between == first + 1
+    a, b = NegativeSampler(g), NegativeSampler(g)
+    assert a.seed != b.seed and not np.array_equal(a.sample(50), b.sample(50))
+    monkeypatch.setattr(negative, "dropout_seed", lambda seed: 1234 if seed is None else seed)
+    assert NegativeSampler(g).seed == 1234 and NegativeSampler(g, seed=7).seed == 7
 
 
 def test_bad_sampler_arguments():
