@@ -305,7 +305,7 @@ def test_gcn_encoder_decoder_and_loss_equal_pyg_in_float64(transformer_factory, 
     for conv, w, b in zip(convs, weights[0:4:2], weights[1:4:2]):
         conv.lin.weight = torch.nn.Parameter(w.T)       # PyG's Linear: x @ W.T
         conv.bias = torch.nn.Parameter(b)
-    h = torch.relu(convs[0](torch.from_numpy(xv), edge_index))
+    h = torch.relu(convs[0](torch.tensor(xv), edge_index))
     z = convs[1](h, edge_index)
     product = z[torch.tensor(pairs.src)] * z[torch.tensor(pairs.dst)]
     if decoder == "dot":
@@ -314,7 +314,7 @@ def test_gcn_encoder_decoder_and_loss_equal_pyg_in_float64(transformer_factory, 
         w1, b1, w2, b2 = weights[4:]
         reference = (torch.relu(product @ w1 + b1) @ w2 + b2).sum(-1)
     ref_loss = torch.nn.functional.binary_cross_entropy_with_logits(
-        reference, torch.from_numpy(labels))
+        reference, torch.tensor(labels))
     # The GCNConv's parameters are those tensors (or their transposes): grads flow back.
     leaves = [convs[0].lin.weight, convs[0].bias, convs[1].lin.weight, convs[1].bias]
     leaves += weights[4:]
