@@ -461,11 +461,14 @@ class GPUComputation(Computation):
 
 class GPUTransformer(Transformer):
     """make_transformer("gpu", runtime=None | "cuda" | "opencl"): None picks CUDA when an
-    NVIDIA device is present, else OpenCL."""
+    NVIDIA device is present, else OpenCL. `time_kernels=True` times every launch where
+    that costs extra (CUDA events), for `kernel_report`; OpenCL's launches are timed
+    anyway."""
 
     name = "gpu"
     computation_class = GPUComputation
     resident_class = GPUResident
+    extra_options = ("runtime", "time_kernels")      # named so a misspelling is suggested
 
     def __init__(self, runtime=None, time_kernels=False, **options):
         super().__init__(**options)
