@@ -166,3 +166,15 @@ def test_the_cuda_path_is_the_same_code(monkeypatch, tmp_path):
             assert not any(call[0] in ("launch", "htod") for call in calls)
         rows = trainer.train_step.kernel_report()
         assert [row["seconds"] for row in rows] == [pytest.approx(5e-4)] * kernels
+
+
+def test_a_resident_value_read_as_a_result_or_assigned(transformer_factory):
+    t = transformer_factory()
+    x = ng.placeholder((3, 2), name="x")
+    w = ng.variable((3, 2), initial_value=np.zeros((3, 2)), name="w")
+    comp = t.computation([x, ng.assign(w, x)], x)
+    value = np.arange(6, dtype=np.float32).reshape(3, 2)
+    same, assigned = comp(t.resident(value))
+    np.testing.assert_array_equal(same, value)
+    np.testing.assert_array_equal(assigned, value)
+    np.testing.assert_array_equal(t.variable_value(w), value)
