@@ -65,7 +65,7 @@ def kernel_report(executor):
         times = [launch.seconds() for launch in launches] if executor.called else [None]
         rows.append({
             "name": kernel.name, "template": kernel.template,
-            "group": executor.groups.get(kernel),
+            "group": executor.groups.get(kernel.op),
             "launches": len(launches), "work_groups": groups * len(launches),
             "max_edges": None if edges is None else int(edges.max(initial=0)),
             "mean_edges": None if edges is None else float(edges.mean()) if edges.size else 0.0,

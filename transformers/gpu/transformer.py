@@ -177,15 +177,17 @@ class GPUDeviceTensor(DeviceTensor):
         return GPUDeviceTensor(self.storage, self.offset, shape, self.dtype)
 
 
-def new_tensor(transformer, shape, dtype, name):
-    """A device tensor of its own buffer, allocated now."""
+def new_tensor(transformer, shape, dtype, name, allocate=True):
+    """A device tensor of its own buffer, allocated now (or, `allocate=False`, when its
+    transient computation becomes resident)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     storage = GPUDeviceBufferStorage(transformer, nbytes, name)
-    check_device_memory(transformer.runtime,
-                        [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
-                        sum(storage.nbytes for storage in transformer.storages))
-    storage.allocate()
+    if allocate:
+        check_device_memory(transformer.runtime,
+                            [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
+                            sum(storage.nbytes for storage in transformer.storages))
+        storage.allocate()
     return GPUDeviceTensor(storage, 0, shape, dtype)
 
 
@@ -345,7 +347,7 @@ class GPUKernelGroup:
         self.deferred = deferred            # (value tensor, variable tensor)
         self.label_checks = label_checks    # (parameter index, classes): before the upload
         self.storages = storages            # allocated when resident (a transient computation)
-        self.groups = groups                # kernel -> name of the fused group it runs, or None
+        self.groups = groups                # root op -> name of the fused group computing it
         self.launches = None                # (GPUKernel, PreparedLaunch), in launch order
         self.called = False
 
@@ -599,11 +601,8 @@ class GPUTransformer(Transformer):
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
         generator = GPUKernelGenerator(plan)
-        kernels, groups = [], {}
-        for step in plan.steps:
-            for root in kernel_roots(step):
-                kernels.append(generator.kernel_for(root, step))
-                groups[kernels[-1]] = step.name if isinstance(step, KernelGroup) else None
+        kernels = [generator.kernel_for(root, step) for step in plan.steps
+                   for root in kernel_roots(step)]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
         memory = computation.memory_plan
         now = not computation.transient      # else allocated when resident
@@ -678,6 +677,9 @@ class GPUTransformer(Transformer):
         label_checks = [(computation.parameters.index(op.args[0]), op.num_classes)
                         for op in computation.ordered_ops
                         if isinstance(op, OneHot) and op.args[0] in placeholders]
+        # The fused group each kernel runs, by the op it computes, for kernel_report.
+        groups = {root: step.name for step in plan.steps if isinstance(step, KernelGroup)
+                  for root in step.outputs}
         computation.executor = GPUKernelGroup(
             self, kernels, launches,
             [placeholders[p] if p.is_sparse else placeholders[p].storage
