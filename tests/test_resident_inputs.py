@@ -153,6 +153,9 @@ def test_the_cuda_path_is_the_same_code(monkeypatch, tmp_path):
     from ngnn.transformers.gpu.runtime.cuda import CUDARuntime
     cuda = CUDARuntime(cache=CompileCache(tmp_path))
     monkeypatch.setattr(gpu_transformer, "shared_runtime", lambda name: cuda)
+    # Programs built on the fake stay out of the process's cache of built programs, where
+    # a real CUDA runtime would find them (and the other way round).
+    monkeypatch.setattr(gpu_transformer, "_programs", gpu_transformer.BoundedCache(256))
     trainer, t = small_trainer("gat", runtime="cuda", time_kernels=True)
     with t:
         trainer.step()
