@@ -87,7 +87,6 @@ class Resident:
         self.value = value             # the snapshot, until a device holds it
         self.shape, self.dtype = tuple(value.shape), np.dtype(data.dtype)
         self.is_sparse = scipy.sparse.issparse(value)
-        self.nbytes = int(data.nbytes)
         self.nonfinite = int(data.size - np.count_nonzero(np.isfinite(data))) \
             if self.dtype.kind == "f" else 0
         # The smallest and largest value, for the range checks of class ids.
