@@ -34,8 +34,8 @@ Without torch and torch_geometric the PyG columns say so and ngnn runs alone.
 NVIDIA GPU) against PyG on `cuda`, each timed call ending with the device synchronized (ngnn's
 calls return host arrays; PyG's are followed by `torch.cuda.synchronize()`). Memory is then
 the device's peak: the bytes ngnn's transformer allocated (`device_peak`) against
-`torch.cuda.max_memory_allocated()`. ngnn's step is fed the features from the host each call,
-as the Trainer does; PyG's stay on the device.
+`torch.cuda.max_memory_allocated()`. ngnn's Trainer keeps its features, labels and mask on
+the device (`Transformer.resident`), as PyG's stay there.
 """
 import argparse
 import inspect

@@ -2,13 +2,13 @@
 
     python benchmarks/profile_gpu_kernels.py --nodes 100000
 
-Each launch runs between two device synchronizations, so a kernel's time includes its
-launch (about 10 us on CUDA); the step's own time, without them, is printed first. The
-table lists the slowest kernels with their template, launch geometry, the global memory
-they move (`GPUKernel.global_bytes`) and the bandwidth that implies.
+Kernel times are the device's own (`comp.kernel_report()`: OpenCL profiling events, CUDA
+events with `time_kernels=True`), of the last of the timed steps; the step's wall time
+comes first, its inputs kept on the device as the Trainer keeps them. The table lists the
+slowest kernels with their template, launch geometry, the global memory they move
+(`GPUKernel.global_bytes`) and the bandwidth that implies.
 """
 import argparse
-import collections
 import time
 
 import numpy as np
@@ -29,24 +29,6 @@ def best_step(comp, values, runtime, repeat):
     return best
 
 
-def kernel_times(comp, values, runtime):
-    times = collections.defaultdict(float)
-    launch = runtime.launch
-
-    def timed(kernel, global_size, local_size, args):
-        runtime.synchronize()
-        start = time.perf_counter()
-        launch(kernel, global_size, local_size, args)
-        runtime.synchronize()
-        times[kernel.name] += time.perf_counter() - start
-    runtime.launch = timed
-    try:
-        comp(*values)
-    finally:
-        runtime.launch = launch
-    return times
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=100_000)
@@ -58,11 +40,13 @@ def main():
     values = [data.dense_features(), data.labels.astype(np.int64)]
     for name in args.models.split(","):
         results, params = build(name, data, True)
-        with ngt.make_transformer("gpu") as t:
+        with ngt.make_transformer("gpu", time_kernels=True) as t:
             comp = t.computation(results, *params)
-            comp(*values)                                     # compiles, uploads
-            step = best_step(comp, values, t.runtime, repeat=5)
-            times = kernel_times(comp, values, t.runtime)
+            fed = [t.resident(v) for v in values]
+            comp(*fed)                                        # compiles, uploads
+            step = best_step(comp, fed, t.runtime, repeat=5)
+            times = {row["name"]: row["seconds"] for row in comp.kernel_report()
+                     if row["launches"]}
             kernels = {k.name: k for k in comp.executor.kernels}
             print(f"\n## {name} training step, {args.nodes} nodes, {data.num_edges} edges, "
                   f"{t.runtime.device_name}: {step * 1e3:.2f} ms (best of 5); its "

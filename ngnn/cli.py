@@ -6,6 +6,7 @@
     ngnn show-ir --model gcn --dataset cora
     ngnn show-ir --model gat --dataset cora --format png --out gat.png
     ngnn bench --model gcn --dataset cora --epochs 20
+    ngnn profile --model gat --dataset cora --backend gpu
 """
 import argparse
 import os
@@ -427,6 +428,34 @@ def cmd_bench(args):
     return 0
 
 
+def cmd_profile(args):
+    """The kernel report of the model's training step (or evaluation pass) on the GPU."""
+    from ngnn import transformers as ngt
+    from ngnn.profiling import format_report, format_transfers, profile_computation
+    if args.backend != "gpu":
+        print(f"ngnn profile: the {args.backend} backend runs no device kernels; profile "
+              "reports the kernels of --backend gpu", file=sys.stderr)
+        return 2
+    data = load_dataset(args)
+    print(data.summary())
+    transformer = ngt.make_transformer(
+        "gpu", time_kernels=True, wide_accumulation=not args.float32_sums)
+    try:
+        trainer = make_trainer(args, data, args.seed, transformer=transformer)
+        rows, seconds, first, later = profile_computation(trainer, args.computation,
+                                                          args.steps)
+        runtime = transformer.runtime
+        what = "training step" if args.computation == "train" else "evaluation"
+        print(f"{args.model} on {data.name}, {what}: {len(rows)} kernels, {runtime.name} on "
+              f"{runtime.device_name}; {seconds * 1e3:.2f} ms per call (best of "
+              f"{args.steps})")
+        print(format_report(rows))
+        print(format_transfers(first, later))
+    finally:
+        transformer.close()
+    return 0
+
+
 def cmd_calibrate(args):
     from ngnn import simulate
     start = time.perf_counter()
@@ -733,6 +762,8 @@ def make_parser():
     part.add_argument("--out", required=True, metavar="FOLDER")
     part.set_defaults(func=cmd_partition)
 
+    _add_profile_parser(sub, datasets, backends)
+
     calibrate = sub.add_parser("calibrate", help="measure this machine for `ngnn simulate` "
                                "(about 30 s)")
     calibrate.add_argument("--out", metavar="FILE", help="where to write the profile "
@@ -760,6 +791,20 @@ def make_parser():
                           "predicted timeline as a Chrome trace (JSON)")
     simulate.set_defaults(func=cmd_simulate)
     return parser
+
+
+def _add_profile_parser(sub, datasets, backends):
+    profile = sub.add_parser("profile", help="per-kernel report of a GPU training step: "
+                             "launches, work-groups, edges per work-group, bytes, time")
+    _add_model_options(profile, datasets)
+    profile.add_argument("--backend", choices=backends, default="gpu")
+    profile.add_argument("--computation", choices=("train", "eval"), default="train")
+    profile.add_argument("--steps", type=integer(1), default=5,
+                         help="calls after the first (which compiles); the table is the "
+                         "last one's")
+    profile.add_argument("--float32-sums", action="store_true",
+                         help="add sums in float32, as `ngnn train --float32-sums`")
+    profile.set_defaults(func=cmd_profile)
 
 
 def _fill_defaults(args):

@@ -152,7 +152,22 @@ class Trainer:
             self.logits = model(data.graph, self.x, training=False)
             self.evaluate_logits = self.transformer.computation(self.logits, self.x,
                                                                 name="evaluate")
+        self.inputs = self.device_inputs(data.labels, data.train_mask)
         self.history = []
+
+    def device_inputs(self, labels, train_mask):
+        """What every full-graph step is fed, (features, labels, train mask): values kept
+        on the transformer's device (`Transformer.resident`), uploaded once here, so a step
+        sends none of them again and checks none of them again; the host arrays themselves
+        where a computation streams its inputs from the host (a memory budget or chunk
+        count, or features on disk) or minibatches train (their programs feed batches)."""
+        values = (self.features, np.asarray(labels, dtype=np.int64),
+                  np.asarray(train_mask, dtype=np.bool_))
+        t = self.transformer
+        if t.memory_budget is not None or t.chunks is not None or \
+                is_float32_memmap(self.features) or self.minibatches is not None:
+            return values
+        return tuple(t.resident(value) for value in values)
 
     def _feed(self, features, sparse):
         """Sets the features placeholder and value, sparse or dense; returns the training
@@ -180,14 +195,14 @@ class Trainer:
         over the batches if `progress`); returns the training loss."""
         if self.minibatches is not None:
             return self.minibatches.train_epoch(progress)
-        outputs = self.train_step(self.features, self.data.labels, self.data.train_mask)
+        outputs = self.train_step(*self.inputs)
         return float(outputs[0])
 
     def predict(self):
         """Logits of every node in evaluation mode (no dropout)."""
         if self.minibatches is not None and self.minibatches.eval_program is not None:
             return self.minibatches.predict()
-        return self.evaluate_logits(self.features)
+        return self.evaluate_logits(self.inputs[0])
 
     def evaluate(self):
         """Accuracy on the train, val and test splits."""

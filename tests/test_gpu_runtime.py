@@ -2,11 +2,11 @@
 (PoCL on machines without a GPU), nvcc compiles of the CUDA renderings, the compile cache."""
 import gc
 import os
-import sys
 
 import numpy as np
 import pytest
 
+from fake_pycuda import install_fake_pycuda
 from ngnn import philox
 from ngnn.transformers.gpu.runtime import (
     CompileCache, available_runtimes, compile_ptx, get_runtime, render_prelude,
@@ -293,113 +293,10 @@ def test_runtime_selection_and_errors():
             get_runtime("cuda")
 
 
-class FakeCuda:
-    """Just enough of pycuda.driver and pycuda.compiler for CUDARuntime, recording each call;
-    device memory is a bytearray addressed by integer pointers as in CUDA."""
-
-    class Error(Exception):
-        pass
-
-    class CompileError(Error):
-        pass
-
-    class LogicError(Error):
-        pass
-
-    def __init__(self):
-        self.calls = []
-        self.memory = bytearray()
-        fake = self
-
-        class Device:
-            @staticmethod
-            def count():
-                return 1
-
-            def __init__(self, index):
-                self.index = index
-
-            def name(self):
-                return "Fake GPU"
-
-            def compute_capability(self):
-                return (8, 6)
-
-            def total_memory(self):
-                return 80 << 30
-
-            def make_context(self):
-                return Context()
-
-        class Context:
-            def detach(self):
-                fake.calls.append(("detach",))
-
-        class Stream:
-            def synchronize(self):
-                pass
-
-        class Module:
-            def get_function(self, name):
-                if name != "scale":
-                    raise fake.LogicError(name)
-                return Function()
-
-        class Function:
-            def __call__(self, *args, block, grid, stream):
-                fake.calls.append(("launch", args, block, grid))
-
-        self.Device, self.Stream = Device, Stream
-        self.module_from_buffer = lambda cubin: (self.calls.append(("module", cubin)), Module())[1]
-
-    def init(self):
-        self.calls.append(("init",))
-
-    def mem_alloc(self, nbytes):
-        fake = self
-
-        class Pointer(int):       # pycuda's DeviceAllocation converts to its address
-            def free(self):
-                fake.calls.append(("free", int(self)))
-
-        pointer = Pointer(len(self.memory) + 256)       # never 0, like a real device pointer
-        self.memory.extend(bytes(nbytes + 256))
-        self.calls.append(("alloc", nbytes))
-        return pointer
-
-    def memcpy_htod(self, pointer, array):
-        self.memory[pointer - 256:pointer - 256 + array.nbytes] = array.tobytes()
-        self.calls.append(("htod", pointer, array.nbytes))
-
-    def memcpy_dtoh(self, array, pointer):
-        array[...] = np.frombuffer(self.memory, array.dtype, array.size, pointer - 256) \
-            .reshape(array.shape)
-        self.calls.append(("dtoh", pointer, array.nbytes))
-
-    def memcpy_dtod_async(self, dst, src, nbytes, stream):
-        self.memory[dst - 256:dst - 256 + nbytes] = self.memory[src - 256:src - 256 + nbytes]
-        self.calls.append(("dtod", dst, src, nbytes))
-
-    def memset_d8(self, pointer, value, nbytes):
-        self.memory[pointer - 256:pointer - 256 + nbytes] = bytes([value]) * nbytes
-
-    def compile(self, source, options, no_extern_c, arch, cache_dir):
-        self.calls.append(("compile", options, no_extern_c, arch, cache_dir))
-        return b"cubin:" + source.encode()
-
-
 def test_cuda_runtime_drives_pycuda(monkeypatch, tmp_path):
     """CUDARuntime against a fake pycuda: allocations, copies with offsets, compile options,
     and launch geometry (grid = global / local, block = local) without an NVIDIA GPU."""
-    import types
-    fake = FakeCuda()
-    pycuda = types.ModuleType("pycuda")
-    compiler = types.ModuleType("pycuda.compiler")
-    compiler.compile = fake.compile
-    pycuda.driver, pycuda.compiler = fake, compiler
-    monkeypatch.setitem(sys.modules, "pycuda", pycuda)
-    monkeypatch.setitem(sys.modules, "pycuda.driver", fake)
-    monkeypatch.setitem(sys.modules, "pycuda.compiler", compiler)
+    fake = install_fake_pycuda(monkeypatch)
     from ngnn.transformers.gpu.runtime.cuda import CUDARuntime
 
     cuda = CUDARuntime(cache=CompileCache(tmp_path), options=["-O3"])
@@ -444,3 +341,47 @@ def test_cuda_runtime_drives_pycuda(monkeypatch, tmp_path):
     del forgotten
     gc.collect()
     assert fake.calls.count(("detach",)) == 2
+
+
+def test_cuda_prepared_launches_bind_once_and_time_on_request(monkeypatch, tmp_path):
+    """A prepared CUDA launch fixes grid, block and the argument format once; later runs
+    are prepared calls on the runtime's stream, with rebound arguments, and an event pair
+    around each when timed."""
+    fake = install_fake_pycuda(monkeypatch)
+    from ngnn.transformers.gpu.runtime.cuda import CUDARuntime
+    cuda = CUDARuntime(cache=CompileCache(tmp_path))
+    source = render_prelude("cuda") + "KERNEL void scale(float* x, uint n) { x[0] *= n; }"
+    (kernel,) = cuda.build(source, ["scale"]).values()
+    first, second = cuda.alloc(16), cuda.alloc(16)
+    launch = cuda.prepare(kernel, (256,), (64,), [None, np.uint32(2)], timed=True)
+    assert kernel.handle.arg_types == ["P", np.dtype(np.uint32)]
+    with pytest.raises(TypeError, match="kernel argument 1 is int"):
+        launch.set_arg(1, 3)
+    assert launch.seconds() is None                 # not run yet
+    launch.set_arg(0, first)
+    launch.run()
+    launch.set_arg(0, second)
+    launch.run()
+    prepared = [call for call in fake.calls if call[0] == "prepared"]
+    assert [call[2][0] for call in prepared] == [int(first.handle), int(second.handle)]
+    assert prepared[0][3:] == ((64, 1, 1), (4, 1, 1))
+    assert launch.seconds() == pytest.approx(5e-4)
+    assert fake.calls.count(("event",)) == 4
+    assert cuda.prepare(kernel, (64,), (64,), [first, np.uint32(1)]).seconds() is None
+    cuda.write(first, 0, np.ones(4, np.float32))
+    cuda.read(first, 0, np.empty(2, np.float32))
+    assert cuda.transferred == {"to_device": 16, "from_device": 8}
+    cuda.close()
+
+
+def test_opencl_prepared_launches_rebind_and_time(rt, kernels):
+    a = rt.alloc(64 * 4)
+    launch = rt.prepare(kernels["uniform_fill"], (64,), (64,),
+                        [None, np.int32(64), np.uint64(5), np.uint64(0), np.uint64(0)])
+    assert launch.seconds() is None
+    for buffer in (a, rt.alloc(64 * 4)):
+        launch.set_arg(0, buffer)
+        launch.run()
+        np.testing.assert_array_equal(download(rt, buffer, np.float32, 64),
+                                      philox.uniform(5, 0, 64))
+    assert launch.seconds() > 0

@@ -62,6 +62,79 @@ def buffer_holding(memory, slot):
     return f"the intermediate buffer of {', '.join(map(str, held[:3]))}{more}"
 
 
+class Resident:
+    """A value kept in a transformer's memory, made by `Transformer.resident(value)` and
+    fed to any of that transformer's computations in place of the NumPy array (or SciPy CSR
+    matrix) it was made from, as often as wanted: the GPU transformer uploads it once and
+    its kernels read it in place, so a call fed only resident values sends no input bytes
+    to the device. It is a snapshot (changing the array afterwards changes nothing), checked
+    once when made: a call checks only its shape, dtype and kind against the placeholder.
+    Saying which values stay is the caller's choice, not a guess whether an array changed.
+    `free()` gives its memory back before the transformer closes."""
+
+    def __init__(self, transformer, value, dtype=None):
+        if scipy.sparse.issparse(value):
+            dtype = np.dtype(dtype or value.dtype)
+            # A copy: a snapshot, as the dense value's.
+            value = check_sparse_value("resident value", value.shape, dtype, value).copy()
+            data = value.data
+        else:
+            if isinstance(value, Resident):
+                raise TypeError("resident: the value is resident already")
+            value = np.array(value, dtype=dtype, order="C", copy=True)
+            data = value
+        self.transformer = transformer
+        self.value = value             # the snapshot, until a device holds it
+        self.shape, self.dtype = tuple(value.shape), np.dtype(data.dtype)
+        self.is_sparse = scipy.sparse.issparse(value)
+        self.nonfinite = int(data.size - np.count_nonzero(np.isfinite(data))) \
+            if self.dtype.kind == "f" else 0
+        # The smallest and largest value, for the range checks of class ids.
+        self.range = (data.min(), data.max()) if self.dtype.kind in "iu" and data.size else None
+        self.freed = False
+
+    def class_id_outside(self, classes):
+        """A value outside [0, classes), or None."""
+        if self.range is None:
+            return None
+        low, high = self.range
+        return low if low < 0 else high if high >= classes else None
+
+    def free(self):
+        self.freed, self.value = True, None
+
+    def fed(self):
+        """What the transformer's executor is handed for this value."""
+        raise TypeError(f"{type(self).__name__} must implement fed()")
+
+    def check(self, placeholder, name, transformer, check_finite):
+        """This value fed to `placeholder` of a computation of `transformer`."""
+        if self.transformer is not transformer:
+            raise ValueError(f"parameter {name!r}: the resident value was made by another "
+                             "transformer; make it with this computation's transformer")
+        if self.freed:
+            raise ValueError(f"parameter {name!r}: the resident value was freed")
+        if placeholder.is_sparse != self.is_sparse:
+            kind = "sparse" if placeholder.is_sparse else "dense"
+            raise TypeError(f"parameter {name!r} is {kind} and got a "
+                            f"{'sparse' if self.is_sparse else 'dense'} resident value")
+        if self.shape != placeholder.shape:
+            raise ValueError(f"parameter {name!r} expects shape {placeholder.shape}, got a "
+                             f"resident value of shape {self.shape}")
+        if self.dtype != placeholder.dtype:
+            raise TypeError(f"parameter {name!r} expects {placeholder.dtype} values; the "
+                            f"resident value holds {self.dtype} (make it with "
+                            f"resident(value, dtype=np.{placeholder.dtype}))")
+        if check_finite and self.nonfinite:
+            raise ValueError(f"parameter {name!r} contains {self.nonfinite} NaN or Inf "
+                             "value(s)")
+        return self
+
+    def __repr__(self):
+        kind = "sparse " if self.is_sparse else ""
+        return f"<Resident {kind}{self.shape} {self.dtype} on {self.transformer.name}>"
+
+
 def _contiguous_strides(shape, itemsize):
     strides, step = [], itemsize
     for dim in reversed(shape):
@@ -97,6 +170,7 @@ class Computation:
         self.executor = None
         self._source = None
         self.calls = 0
+        self.transfer_bytes = {"to_device": 0, "from_device": 0}    # of the last call
         self.transient = False     # holds device memory only while it runs (memory_budget)
         self.stage = False         # a stage of a chunked program (ngnn.out_of_core)
 
@@ -270,16 +344,29 @@ class Computation:
         self.transform()
         return self._source
 
+    def kernel_report(self):
+        """One dict per device kernel, in launch order (docs/gpu_transformer.md): only a
+        transformer that launches kernels has them."""
+        raise ValueError(f"kernel_report: the {self.transformer.name} transformer runs no "
+                         "device kernels; it is a report of make_transformer('gpu')")
+
     # ---- execution -----------------------------------------------------------------------
     def __call__(self, *args):
         if self.transformer.closed:
             raise RuntimeError("the transformer is closed")
-        self.transform()
-        self.transformer.initialize()
-        values = self._check_arguments(args)
-        if self.transient and not self.chunked:
-            self.transformer.make_resident(self)
-        outputs = self.executor(*values, self.calls)
+        before = self.transformer.transferred()
+        try:
+            self.transform()
+            self.transformer.initialize()
+            values = self._check_arguments(args)
+            if self.transient and not self.chunked:
+                self.transformer.make_resident(self)
+            outputs = self.executor(*values, self.calls)
+        finally:
+            # The bytes this call moved between host and device, compilation and the
+            # first call's initialization of variables included.
+            after = self.transformer.transferred()
+            self.transfer_bytes = {key: after[key] - before[key] for key in after}
         self.calls += 1
         return outputs[0] if self.single else tuple(outputs)
 
@@ -288,14 +375,23 @@ class Computation:
             names = ", ".join(p.name or "?" for p in self.parameters)
             raise TypeError(f"computation {self.name!r} takes {len(self.parameters)} "
                             f"argument(s) ({names}), got {len(args)}")
+        if self.chunked:
+            for p, a in zip(self.parameters, args):
+                if isinstance(a, Resident):
+                    raise TypeError(f"parameter {p.name or p.id!r}: computation "
+                                    f"{self.name!r} runs chunk by chunk and reads its inputs "
+                                    "from the host; feed the array, not a resident value")
         # A chunked program checks a memory-mapped argument block by block as it reads it.
         return [check_argument(p, a, self.transformer.check_finite and
-                               not (self.chunked and isinstance(a, np.memmap)))
+                               not (self.chunked and isinstance(a, np.memmap)),
+                               self.transformer)
                 for p, a in zip(self.parameters, args)]
 
 
-def check_argument(placeholder, value, check_finite):
+def check_argument(placeholder, value, check_finite, transformer=None):
     name = placeholder.name or f"placeholder #{placeholder.id}"
+    if isinstance(value, Resident):
+        return value.check(placeholder, name, transformer, check_finite).fed()
     if placeholder.is_sparse:
         matrix = check_sparse_value(name, placeholder.shape, placeholder.dtype, value)
         if check_finite and not np.isfinite(matrix.data).all():
@@ -384,6 +480,7 @@ class Transformer:
 
     name = None
     computation_class = Computation
+    resident_class = None          # the kind of Resident this transformer makes
     extra_options = ()
 
     def __init__(self, passes=None, optimize=True, fusion=True, recompute=True,
@@ -405,7 +502,7 @@ class Transformer:
         self.selective_scheduling = bool(selective_scheduling)
         self.device_allocated = 0      # bytes this transformer holds on its device now
         self.device_peak = 0           # the most it held at once (reset per chunked call)
-        self.resident = None           # the transient computation holding memory now
+        self.memory_holder = None      # the transient computation holding memory now
         self.user_passes = check_passes(passes)
         self.debug_nans = bool(debug_nans)
         self.optimize = optimize
@@ -476,6 +573,19 @@ class Transformer:
         init.executor(0)
         self.initialized_variables.update(new)
 
+    def resident(self, value, dtype=None):
+        """`value` (a NumPy array, or a SciPy CSR matrix for a sparse placeholder) kept in
+        this transformer's memory, to feed its computations in place of the value: see
+        Resident. `dtype` converts it first (a call needs the placeholder's dtype)."""
+        if self.closed:
+            raise RuntimeError("the transformer is closed")
+        return self.resident_class(self, value, dtype)
+
+    def transferred(self):
+        """{"to_device": bytes, "from_device": bytes} copied between host and device so
+        far; a transformer whose device is the host's memory copies nothing."""
+        return {"to_device": 0, "from_device": 0}
+
     def variable_tensor(self, variable):
         """The DeviceTensor holding a variable (allocated on first request)."""
         if variable not in self.variable_tensors:
@@ -490,15 +600,15 @@ class Transformer:
     def make_resident(self, computation):
         """Gives a transient computation (a stage of a chunked program) its buffers,
         taking them from the one that held them: one transient computation at a time."""
-        if self.resident is not computation:
+        if self.memory_holder is not computation:
             self.evict()
             self.acquire(computation)
-            self.resident = computation
+            self.memory_holder = computation
 
     def evict(self):
-        if self.resident is not None:
-            self.release(self.resident)
-            self.resident = None
+        if self.memory_holder is not None:
+            self.release(self.memory_holder)
+            self.memory_holder = None
 
     def hold_graphs(self, graphs):
         """Device copies of the index arrays of `graphs` (a chunked program's slots),

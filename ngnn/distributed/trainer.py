@@ -75,6 +75,7 @@ class DistributedTrainer(Trainer):
         insert_communication([self.logits], self.graph)
         self.evaluate_logits = self.transformer.computation(self.logits, self.x,
                                                             name="evaluate")
+        self.inputs = self.device_inputs(self.labels, self.masks["train"])
         self.history = []
 
     def master_loss(self, logits):
@@ -88,7 +89,7 @@ class DistributedTrainer(Trainer):
 
     # ---- training and metrics, over all ranks ----------------------------------------------
     def step(self, progress=False):
-        outputs = self.train_step(self.features, self.labels, self.masks["train"])
+        outputs = self.train_step(*self.inputs)
         return float(self.exchange.sum([outputs[0]])[0])
 
     def split_metrics(self, logits, split):

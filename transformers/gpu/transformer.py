@@ -21,9 +21,11 @@ import scipy.sparse
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
 from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning, SplitContractions
 
-from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
+from ..base import (Computation, DeviceBufferStorage, DeviceTensor, Resident, Transformer,
+                    buffer_holding)
 from ..debug_nans import check_finite
 from .kernels import GEMM_TILE, GPUKernelGenerator, HostStep
+from .report import kernel_report
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 
 GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
@@ -86,6 +88,50 @@ class GPUDeviceBufferStorage(DeviceBufferStorage):
         self.transformer.storages.remove(self)
         self.transformer.count_allocation(-self.nbytes)
         self.buffer = None
+
+    def owned(self):
+        """The buffer this storage allocated (and frees)."""
+        return self.buffer
+
+
+class ParameterStorage(GPUDeviceBufferStorage):
+    """A dense placeholder's device memory. A call fed a NumPy array writes it to the
+    placeholder's own buffer, allocated by the first such call (a placeholder only ever fed
+    resident values never has one); a call fed a resident value points the placeholder at
+    that value's buffer, which the kernels read in place. `version` changes whenever the
+    buffer kernels must read changes, so the executor rebinds its launches only then."""
+
+    def __init__(self, transformer, nbytes, name):
+        super().__init__(transformer, nbytes, name)
+        self.buffer = self.own = None
+        self.version = 0
+
+    def allocate(self):
+        self.own = super().allocate()
+        self.version += 1
+        return self.own
+
+    def free(self):
+        self.buffer = self.own
+        super().free()
+        self.own = None
+        self.version += 1
+
+    def owned(self):
+        return self.own
+
+    def feed(self, value):
+        """Makes `value` (a checked NumPy array, or a GPUResident) what the kernels read."""
+        if isinstance(value, GPUResident):
+            target = value.buffer
+        else:
+            if self.own is None:
+                self.allocate()
+            self.transformer.runtime.write(self.own, 0, value)
+            target = self.own
+        if target is not self.buffer:
+            self.buffer = target
+            self.version += 1
 
 
 def check_device_memory(runtime, requests, in_use):
@@ -165,12 +211,25 @@ def kernel_roots(step):
     return [step]
 
 
+def sparse_structure(matrix):
+    """The int32 structure arrays the sparse kernels read: the CSR's indptr and indices for
+    X @ W, and the CSC's colptr and rowidx, plus perm, the CSR slot of each CSC slot, for
+    X^T @ D. SciPy's CSR to CSC conversion of the CSR slot numbers is the stable O(nnz)
+    column sort: its values are perm, its row indices rowidx."""
+    slots = scipy.sparse.csr_matrix(
+        (np.arange(matrix.nnz, dtype=np.int32), matrix.indices, matrix.indptr),
+        shape=matrix.shape).tocsc()
+    arrays = dict(indptr=matrix.indptr, indices=matrix.indices, colptr=slots.indptr,
+                  rowidx=slots.indices, perm=slots.data)
+    return {part: np.ascontiguousarray(a, dtype=np.int32) for part, a in arrays.items()}
+
+
 class SparseInput:
-    """The device arrays of a sparse placeholder's value, uploaded on each call: its CSR
-    (indptr, indices, data) for X @ W, and its CSC (colptr, rowidx, plus perm, the CSR slot
-    of each CSC slot) for X^T @ D. A call whose matrix has the structure of the last one
-    (a Trainer feeds the same features every step) uploads only its values. Buffers grow
-    when a call brings more stored values."""
+    """The device arrays of a sparse placeholder's value (`sparse_structure` and the
+    values, "data"). A call fed a matrix uploads them to the placeholder's own buffers, all
+    of them when its structure differs from the last one's, else only its values; buffers
+    grow when a call brings more stored values. A call fed a resident matrix points the
+    kernels at its buffers (`current`); `version` changes whenever those change."""
 
     PARTS = ("indptr", "indices", "data", "colptr", "rowidx", "perm")
 
@@ -178,6 +237,8 @@ class SparseInput:
         self.transformer = transformer
         self.placeholder = placeholder
         self.buffers = {}
+        self.current = {}           # what kernels read: self.buffers or a resident's
+        self.version = 0
         self.structure = None       # (indptr, indices) of the last upload
         transformer.sparse_inputs.append(self)
 
@@ -185,25 +246,29 @@ class SparseInput:
         for buffer in self.buffers.values():
             self.transformer.runtime.free(buffer)
             self.transformer.count_allocation(-buffer.nbytes)
-        self.buffers, self.structure = {}, None
+        self.buffers, self.current, self.structure = {}, {}, None
+        self.version += 1
+
+    def feed(self, value):
+        """Makes `value` (a checked CSR matrix, or a GPUResident) what the kernels read."""
+        if isinstance(value, GPUResident):
+            target = value.buffers
+        else:
+            self.set(value)
+            target = self.buffers
+        if target is not self.current:
+            self.current = target
+            self.version += 1
 
     def set(self, matrix):
-        arrays = {"data": matrix.data}
+        arrays = {"data": np.ascontiguousarray(matrix.data, dtype=self.placeholder.dtype)}
         if self.structure is None or not all(
                 np.array_equal(a, b) for a, b in zip(self.structure, (matrix.indptr,
                                                                       matrix.indices))):
-            # SciPy's CSR to CSC conversion, on the CSR slot numbers, is the stable O(nnz)
-            # column sort: its values are perm, its row indices rowidx.
-            slots = scipy.sparse.csr_matrix(
-                (np.arange(matrix.nnz, dtype=np.int32), matrix.indices, matrix.indptr),
-                shape=matrix.shape).tocsc()
-            arrays.update(indptr=matrix.indptr, indices=matrix.indices, colptr=slots.indptr,
-                          rowidx=slots.indices, perm=slots.data)
+            arrays.update(sparse_structure(matrix))
             self.structure = (matrix.indptr.copy(), matrix.indices.copy())
         runtime = self.transformer.runtime
         for part, array in arrays.items():
-            array = np.ascontiguousarray(array, dtype=self.placeholder.dtype
-                                         if part == "data" else np.int32)
             buffer = self.buffers.get(part)
             if buffer is None or buffer.nbytes < array.nbytes:
                 if buffer is not None:
@@ -211,54 +276,143 @@ class SparseInput:
                     self.transformer.count_allocation(-buffer.nbytes)
                 buffer = self.buffers[part] = runtime.alloc(max(array.nbytes, 4))
                 self.transformer.count_allocation(buffer.nbytes)
+                self.version += 1
             if array.nbytes:
                 runtime.write(buffer, 0, array)
 
 
+class GPUResident(Resident):
+    """A resident value on the device: uploaded once, into buffers of its own (`buffer`
+    for a dense array; for a CSR matrix `buffers`, the parts SparseInput uploads), which
+    the kernels of every call fed this value read in place."""
+
+    def __init__(self, transformer, value, dtype=None):
+        super().__init__(transformer, value, dtype)
+        arrays = dict(sparse_structure(self.value), data=self.value.data) \
+            if self.is_sparse else {"value": self.value}
+        runtime = transformer.runtime
+        check_device_memory(runtime, [(f"resident value {self.shape} {self.dtype}",
+                                       sum(a.nbytes for a in arrays.values()))],
+                            transformer.device_allocated)
+        self.buffers = {}
+        for part, array in arrays.items():
+            self.buffers[part] = runtime.alloc(array.nbytes)
+            transformer.count_allocation(array.nbytes)
+            runtime.write(self.buffers[part], 0, np.ascontiguousarray(array))
+        self.buffer = self.buffers.get("value")
+        self.value = None           # the device holds it now
+        transformer.residents.append(self)
+
+    def fed(self):
+        return self
+
+    def free(self):
+        """Gives the device memory back; feeding the value afterwards is an error."""
+        if not self.freed:
+            for buffer in self.buffers.values():
+                self.transformer.runtime.free(buffer)
+                self.transformer.count_allocation(-buffer.nbytes)
+            self.transformer.residents.remove(self)
+        super().free()
+
+
+class HostLaunch:
+    """A host step (communication between ranks) in the sequence of launches."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def seconds(self):
+        return None
+
+
 class GPUKernelGroup:
     """The executor: `kernels` in launch order; called with the parameter values and the
-    call number."""
+    call number.
+
+    `bind` prepares every launch once (Runtime.prepare: geometry checked, argument buffers
+    resolved); a call then only feeds its parameters, sets the call number where dropout
+    reads it, and runs the prepared launches in order. A parameter whose device buffer
+    changed (a resident value fed in place of an array, or the other way round) has just
+    its own arguments rebound."""
 
     def __init__(self, transformer, kernels, launches, parameters, results, deferred,
-                 label_checks, storages):
+                 label_checks, storages, groups):
         self.transformer = transformer
         self.kernels = kernels
-        self.planned = launches             # (kernel, global, local, args) or (host step, None...)
-        self.parameters = parameters        # DeviceTensors, in call order
+        self.planned = launches             # (GPUKernel, built kernel, global, local, args,
+        #                                     checks), or (HostStep, its function, None...)
+        self.parameters = parameters        # ParameterStorage or SparseInput, in call order
         self.results = results              # DeviceTensors to download
         self.deferred = deferred            # (value tensor, variable tensor)
         self.label_checks = label_checks    # (parameter index, classes): before the upload
         self.storages = storages            # allocated when resident (a transient computation)
-        self.launches = None
+        self.groups = groups                # root op -> name of the fused group computing it
+        self.launches = None                # (GPUKernel, PreparedLaunch), in launch order
+        self.called = False
 
     def bind(self):
-        """The launches with the device buffers their tensors now hold."""
-        self.launches = [(kernel, global_size, local_size,
-                          bound and [a.buffer if isinstance(a, GPUDeviceTensor) else a
-                                     for a in bound], checks)
-                         for kernel, global_size, local_size, bound, checks in self.planned]
+        """Prepares the launches with the device buffers their tensors now hold."""
+        runtime, timed = self.transformer.runtime, self.transformer.time_kernels
+        index_of = {id(source): i for i, source in enumerate(self.parameters)}
+        self.parameter_slots = [[] for _ in self.parameters]   # (launch, argument, part)
+        self.step_slots = []                                   # (launch, argument)
+        self.launches, self.sequence = [], []
+        for kernel, built, global_size, local_size, bound, checks in self.planned:
+            if global_size is None:
+                self.sequence.append((HostLaunch(built), checks))
+                continue
+            args, slots = [], []
+            for position, a in enumerate(bound):
+                if a is None:                       # the call number, set per call
+                    slots.append((self.step_slots, position, None))
+                    args.append(np.uint32(0))
+                elif isinstance(a, tuple):          # (SparseInput, part)
+                    slots.append((self.parameter_slots[index_of[id(a[0])]], position, a[1]))
+                    args.append(a[0].current.get(a[1]))
+                else:
+                    if id(a.storage) in index_of:
+                        slots.append((self.parameter_slots[index_of[id(a.storage)]],
+                                      position, None))
+                    args.append(a.buffer)
+            launch = runtime.prepare(built, global_size, local_size, args, timed)
+            for where, position, part in slots:
+                where.append((launch, position) if where is self.step_slots else
+                             (launch, position, part))
+            self.launches.append((kernel, launch))
+            self.sequence.append((launch, checks))
+        self.bound_versions = [source.version for source in self.parameters]
+        self.called = False
+
+    def rebind(self, index):
+        """Points parameter `index`'s arguments at the buffers it holds now."""
+        source = self.parameters[index]
+        for launch, position, part in self.parameter_slots[index]:
+            launch.set_arg(position, source.current[part] if part else source.buffer)
+        self.bound_versions[index] = source.version
 
     def __call__(self, *args):
         *values, step = args
-        runtime = self.transformer.runtime
         for index, classes in self.label_checks:
             check_labels(values[index], classes)
-        for tensor, value in zip(self.parameters, values):
-            tensor.set(value)
+        for index, (source, value) in enumerate(zip(self.parameters, values)):
+            source.feed(value)
+            if source.version != self.bound_versions[index]:
+                self.rebind(index)
         self.transformer.refresh_graphs()
+        call = np.uint32(step)
+        for launch, position in self.step_slots:
+            launch.set_arg(position, call)
         # Checks of a launch's output (computed class ids, debug_nans) run right after it,
         # while its inputs are intact and before any assignment lands.
-        for kernel, global_size, local_size, bound, checks in self.launches:
-            if global_size is None:
-                kernel()            # a host step (communication between ranks)
-                continue
-            call_args = [np.uint32(step) if a is None else
-                         a[0].buffers[a[1]] if isinstance(a, tuple) else a for a in bound]
-            runtime.launch(kernel, global_size, local_size, call_args)
+        for launch, checks in self.sequence:
+            launch.run()
             for check in checks:
                 check()
+        self.called = True
         # Assignments land after every kernel, so every read saw the old values; a variable
         # among the results then reads as its new value, as on the NumPy transformer.
+        runtime = self.transformer.runtime
         for value, variable in self.deferred:
             runtime.copy(variable.buffer, variable.offset, value.buffer, value.offset,
                          variable.nbytes)
@@ -273,10 +427,15 @@ def check_output(op, out, inputs):
 
 
 def check_labels(labels, classes):
-    """The NumPy transformer's one-hot error, checked on the host before the upload."""
-    bad = labels[(labels < 0) | (labels >= classes)]
-    if bad.size:
-        raise ValueError(f"one_hot: class id {bad.flat[0]} is outside [0, {classes})")
+    """The NumPy transformer's one-hot error, checked on the host before the upload (a
+    resident value's range was taken when it was made)."""
+    if isinstance(labels, Resident):
+        bad = labels.class_id_outside(classes)
+    else:
+        outside = labels[(labels < 0) | (labels >= classes)]
+        bad = outside.flat[0] if outside.size else None
+    if bad is not None:
+        raise ValueError(f"one_hot: class id {bad} is outside [0, {classes})")
 
 
 class GPUComputation(Computation):
@@ -285,16 +444,39 @@ class GPUComputation(Computation):
         self.transform()
         return render_program(self.executor.kernels, dialect)
 
+    def kernel_report(self):
+        """One dict per kernel, in launch order: what it is ("name", "template", "group":
+        the fused group it runs, or None), what one call launches ("launches",
+        "work_groups"), the most and the mean edges one work-group walks ("max_edges",
+        "mean_edges"; None without an edge loop), the global memory it moves per call
+        ("global_bytes", GPUKernel.global_bytes) and its device time in the last call
+        ("seconds": None before a call, or where the runtime does not time launches)."""
+        self.transform()
+        if self.chunked:
+            raise ValueError(f"kernel_report: computation {self.name!r} runs chunk by chunk "
+                             "(memory_budget); its stages are computations of their own")
+        if self.executor.launches is None:       # a transient computation not running now
+            raise ValueError(f"kernel_report: computation {self.name!r} holds no device "
+                             "memory now (memory_budget); call it first")
+        return kernel_report(self.executor)
+
 
 class GPUTransformer(Transformer):
     """make_transformer("gpu", runtime=None | "cuda" | "opencl"): None picks CUDA when an
-    NVIDIA device is present, else OpenCL."""
+    NVIDIA device is present, else OpenCL. `time_kernels=True` times every launch where
+    that costs extra (CUDA events), for `kernel_report`; OpenCL's launches are timed
+    anyway."""
 
     name = "gpu"
     computation_class = GPUComputation
+    resident_class = GPUResident
+    extra_options = ("runtime", "time_kernels")      # named so a misspelling is suggested
 
-    def __init__(self, runtime=None, **options):
+    def __init__(self, runtime=None, time_kernels=False, **options):
         super().__init__(**options)
+        # Kernel times where they cost extra (CUDA events around each launch); OpenCL's
+        # profiling events time every launch anyway.
+        self.time_kernels = bool(time_kernels)
         if runtime is None:
             available = available_runtimes()
             runtime = available[0] if available else None
@@ -303,6 +485,7 @@ class GPUTransformer(Transformer):
         self.graph_tensors = {}
         self.storages = []       # every allocation, freed by close()
         self.sparse_inputs = []  # their buffers too
+        self.residents = []      # resident values, freed by close() or their own free()
         self.uploaded_versions = {}     # (GraphSlot, attribute) -> version on the device
 
     def is_view(self, op):
@@ -337,6 +520,9 @@ class GPUTransformer(Transformer):
         for key, tensor in self.graph_tensors.items():
             if key[0] in graphs and tensor.storage.buffer is not None:
                 tensor.storage.free()
+
+    def transferred(self):
+        return dict(self.runtime.transferred)
 
     def acquire(self, computation):
         for storage in computation.executor.storages:
@@ -391,14 +577,16 @@ class GPUTransformer(Transformer):
         """Frees every device buffer of this transformer now."""
         if not self.closed:
             for storage in self.storages:
-                self.runtime.free(storage.buffer)
+                self.runtime.free(storage.owned())
             for sparse in self.sparse_inputs:
                 sparse.free()
+            for resident in list(self.residents):
+                resident.free()
             self.storages, self.sparse_inputs = [], []
             self.variable_tensors, self.constant_tensors, self.graph_tensors = {}, {}, {}
             for comp in self.computations:
                 comp.executor = None
-            self.resident = None
+            self.memory_holder = None
         super().close()
 
     def refresh_graphs(self):
@@ -424,8 +612,11 @@ class GPUTransformer(Transformer):
                                 sum(storage.nbytes for storage in self.storages))
         buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
                    for i, nbytes in enumerate(memory.buffer_bytes)]
+        # A dense placeholder's own buffer is allocated when a call first feeds it an array
+        # (a transient computation's when it becomes resident).
         placeholders = {p: SparseInput(self, p) if p.is_sparse else
-                        new_tensor(self, p.shape, p.dtype, p.name, allocate=now)
+                        GPUDeviceTensor(ParameterStorage(self, p.nbytes, p.name), 0, p.shape,
+                                        p.dtype)
                         for p in computation.parameters}
         transient = buffers + [t.storage for t in placeholders.values()
                                if isinstance(t, GPUDeviceTensor)]
@@ -458,8 +649,8 @@ class GPUTransformer(Transformer):
         launches = []
         for k in steps:
             if isinstance(k, HostStep):
-                launches.append((k.bind(tensor_of(k.op.args[0]), tensor_of(k.op)), None, None,
-                                 None, []))
+                launches.append((k, k.bind(tensor_of(k.op.args[0]), tensor_of(k.op)), None,
+                                 None, None, []))
                 continue
             if not all(k.global_size):
                 continue              # an empty tensor: nothing to compute
@@ -482,16 +673,21 @@ class GPUTransformer(Transformer):
                     bound.append((placeholders[binding[1]], binding[2]))   # set per call
                 else:
                     bound.append(None)      # the call number, known at launch
-            launches.append((built[k.name], k.global_size, k.local_size, bound, checks))
+            launches.append((k, built[k.name], k.global_size, k.local_size, bound, checks))
         label_checks = [(computation.parameters.index(op.args[0]), op.num_classes)
                         for op in computation.ordered_ops
                         if isinstance(op, OneHot) and op.args[0] in placeholders]
+        # The fused group each kernel runs, by the op it computes, for kernel_report.
+        groups = {root: step.name for step in plan.steps if isinstance(step, KernelGroup)
+                  for root in step.outputs}
         computation.executor = GPUKernelGroup(
-            self, kernels, launches, [placeholders[p] for p in computation.parameters],
+            self, kernels, launches,
+            [placeholders[p] if p.is_sparse else placeholders[p].storage
+             for p in computation.parameters],
             [tensor_of(r) for r in computation.results],
             [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns
              if plan.base(a.args[1]) not in memory.into_variable],
-            label_checks, [] if now else transient)
+            label_checks, [] if now else transient, groups)
         if now:
             computation.executor.bind()
         computation._source = source

@@ -33,10 +33,17 @@ class Runtime(ABC):
 
     `name` and `dialect` are "cuda" or "opencl": the dialect selects how templates/prelude.j2 renders.
     Copies are blocking; launches are queued in order and `synchronize` waits for them.
+    `transferred` counts the bytes `write` sent to the device and `read` brought back, since
+    the runtime was created (a computation's `transfer_bytes` is the difference over a call).
     """
     name: str
     dialect: str
     device_name: str
+    transferred: dict
+
+    def count_transfer(self, direction, nbytes):
+        """Adds a host-device copy of `nbytes` to `transferred` ("to_device", "from_device")."""
+        self.transferred[direction] += int(nbytes)
 
     @abstractmethod
     def alloc(self, nbytes) -> DeviceBuffer:
@@ -79,6 +86,13 @@ class Runtime(ABC):
         """
 
     @abstractmethod
+    def prepare(self, kernel, global_size, local_size, args, timed=False):
+        """A launch of `kernel` bound once (a `PreparedLaunch`): geometry checked and arguments
+        converted now, so running it again costs one enqueue. An argument may be None, to be
+        given with `set_arg` before the first `run`. `timed` asks for each run's device time
+        where that costs extra (CUDA events); OpenCL's profiling events time every run."""
+
+    @abstractmethod
     def synchronize(self):
         """Wait until every queued launch has finished."""
 
@@ -112,6 +126,22 @@ def check_copy(buffer, offset_bytes, host_array, writable):
                          f"in a buffer of {buffer.nbytes} bytes")
 
 
+class PreparedLaunch(ABC):
+    """One kernel launch with its geometry and arguments bound (Runtime.prepare)."""
+
+    @abstractmethod
+    def set_arg(self, index, arg):
+        """Rebinds argument `index` (a DeviceBuffer or a NumPy scalar) for later runs."""
+
+    @abstractmethod
+    def run(self):
+        """Queues the launch."""
+
+    @abstractmethod
+    def seconds(self):
+        """Device seconds of the last run (waiting for it), or None where not timed."""
+
+
 def check_launch(global_size, local_size, args):
     """Validate launch geometry and arguments; returns (global_size, local_size) as int tuples."""
     global_size = tuple(int(g) for g in global_size)
@@ -124,10 +154,14 @@ def check_launch(global_size, local_size, args):
             raise ValueError(f"global_size {global_size} must be a positive multiple of "
                              f"local_size {local_size} in every dimension")
     for i, arg in enumerate(args):
-        if not isinstance(arg, (DeviceBuffer, np.int32, np.uint32, np.uint64, np.float32)):
-            raise TypeError(f"kernel argument {i} is {type(arg).__name__}; expected a DeviceBuffer "
-                            f"or np.int32 / np.uint32 / np.uint64 / np.float32")
+        check_kernel_argument(i, arg)
     return global_size, local_size
+
+
+def check_kernel_argument(index, arg):
+    if not isinstance(arg, (DeviceBuffer, np.int32, np.uint32, np.uint64, np.float32)):
+        raise TypeError(f"kernel argument {index} is {type(arg).__name__}; expected a "
+                        f"DeviceBuffer or np.int32 / np.uint32 / np.uint64 / np.float32")
 
 
 def check_device_copy(dst, dst_offset, src, src_offset, nbytes):

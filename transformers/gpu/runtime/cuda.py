@@ -5,8 +5,8 @@ PyCUDA is imported when the runtime is created, never at module import, so machi
 """
 import weakref
 
-from .base import (DeviceBuffer, Kernel, Runtime, check_copy, check_device_copy, check_launch,
-                   numbered_source)
+from .base import (DeviceBuffer, Kernel, PreparedLaunch, Runtime, check_copy, check_device_copy,
+                   check_kernel_argument, check_launch, numbered_source)
 from .cache import CompileCache
 
 
@@ -34,6 +34,7 @@ class CUDARuntime(Runtime):
         # when this runtime is closed, collected or the interpreter exits, whichever is first.
         self._release = weakref.finalize(self, release_context, context, self._stream)
         self.cache = cache if cache is not None else CompileCache()
+        self.transferred = {"to_device": 0, "from_device": 0}
 
     def alloc(self, nbytes):
         nbytes = int(nbytes)
@@ -57,12 +58,14 @@ class CUDARuntime(Runtime):
             # Kernels queued on our stream may still read this memory: let them finish first.
             self._stream.synchronize()
             self._drv.memcpy_htod(int(buffer.handle) + offset_bytes, host_array)
+            self.count_transfer("to_device", host_array.nbytes)
 
     def read(self, buffer, offset_bytes, host_out_array):
         check_copy(buffer, offset_bytes, host_out_array, writable=True)
         if host_out_array.nbytes:
             self._stream.synchronize()
             self._drv.memcpy_dtoh(host_out_array, int(buffer.handle) + offset_bytes)
+            self.count_transfer("from_device", host_out_array.nbytes)
 
     def copy(self, dst, dst_offset, src, src_offset, nbytes):
         check_device_copy(dst, dst_offset, src, src_offset, nbytes)
@@ -100,17 +103,68 @@ class CUDARuntime(Runtime):
 
     def launch(self, kernel, global_size, local_size, args):
         global_size, local_size = check_launch(global_size, local_size, args)
-        pad = (1,) * (3 - len(local_size))
-        block = local_size + pad
-        grid = tuple(g // s for g, s in zip(global_size, local_size)) + pad
+        grid, block = grid_and_block(global_size, local_size)
         native = [a.handle if isinstance(a, DeviceBuffer) else a for a in args]
         kernel.handle(*native, block=block, grid=grid, stream=self._stream)
+
+    def prepare(self, kernel, global_size, local_size, args, timed=False):
+        return CUDALaunch(self, kernel, global_size, local_size, args, timed)
 
     def synchronize(self):
         self._stream.synchronize()
 
     def close(self):
         self._release()
+
+
+def grid_and_block(global_size, local_size):
+    """CUDA's grid (work-groups per dimension) and block (the work-group), padded to 3-D."""
+    pad = (1,) * (3 - len(local_size))
+    return tuple(g // s for g, s in zip(global_size, local_size)) + pad, local_size + pad
+
+
+class CUDALaunch(PreparedLaunch):
+    """A launch bound once: grid, block and the argument format (`Function.prepare`) fixed,
+    the arguments held as the driver takes them, so a run is one `prepared_async_call` on
+    the runtime's stream. (Released PyCUDA has no CUDA graph API, so a step is this list
+    of prepared launches, not a replayed graph.) `timed` records an event pair around each
+    run."""
+
+    def __init__(self, runtime, kernel, global_size, local_size, args, timed):
+        self.runtime = runtime
+        self.name = kernel.name
+        global_size, local_size = check_launch(
+            global_size, local_size, [a for a in args if a is not None])
+        self.grid, self.block = grid_and_block(global_size, local_size)
+        self.function = kernel.handle
+        # Pointers are "P"; scalars keep their NumPy type. An argument given later is a buffer.
+        self.function.prepare(["P" if a is None or isinstance(a, DeviceBuffer) else a.dtype
+                               for a in args])
+        self.args = [None] * len(args)
+        for index, arg in enumerate(args):
+            if arg is not None:
+                self.set_arg(index, arg)
+        self.events = (runtime._drv.Event(), runtime._drv.Event()) if timed else None
+        self.ran = False
+
+    def set_arg(self, index, arg):
+        check_kernel_argument(index, arg)
+        self.args[index] = int(arg.handle) if isinstance(arg, DeviceBuffer) else arg
+
+    def run(self):
+        stream = self.runtime._stream
+        if self.events:
+            self.events[0].record(stream)
+        self.function.prepared_async_call(self.grid, self.block, stream, *self.args)
+        if self.events:
+            self.events[1].record(stream)
+        self.ran = True
+
+    def seconds(self):
+        if not (self.events and self.ran):
+            return None
+        self.events[1].synchronize()
+        return self.events[1].time_since(self.events[0]) * 1e-3
 
 
 def release_context(context, stream):

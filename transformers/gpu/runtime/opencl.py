@@ -1,8 +1,8 @@
 """OpenCL runtime through PyOpenCL: any OpenCL 1.2 device, including PoCL on a CPU."""
 import numpy as np
 
-from .base import (DeviceBuffer, Kernel, Runtime, check_copy, check_device_copy, check_launch,
-                   numbered_source)
+from .base import (DeviceBuffer, Kernel, PreparedLaunch, Runtime, check_copy, check_device_copy,
+                   check_kernel_argument, check_launch, numbered_source)
 from .cache import CompileCache
 
 BUILD_OPTIONS = ("-cl-std=CL1.2",)
@@ -32,8 +32,12 @@ class OpenCLRuntime(Runtime):
         self.device_name = self._device.name.strip()
         self._context = cl.Context([self._device])
         # In-order queue: launches and copies run in submission order, as the transformer assumes.
-        self._queue = cl.CommandQueue(self._context, self._device)
+        # Profiling on: every launch's event then carries its device time, read only when a
+        # kernel report asks (no measurable cost on PoCL; docs/gpu_runtime.md).
+        self._queue = cl.CommandQueue(self._context, self._device,
+                                      properties=cl.command_queue_properties.PROFILING_ENABLE)
         self.cache = cache if cache is not None else CompileCache()
+        self.transferred = {"to_device": 0, "from_device": 0}
 
     def alloc(self, nbytes):
         nbytes = int(nbytes)
@@ -56,12 +60,14 @@ class OpenCLRuntime(Runtime):
         if host_array.nbytes:
             self._cl.enqueue_copy(self._queue, buffer.handle, host_array,
                                   dst_offset=offset_bytes, is_blocking=True)
+            self.count_transfer("to_device", host_array.nbytes)
 
     def read(self, buffer, offset_bytes, host_out_array):
         check_copy(buffer, offset_bytes, host_out_array, writable=True)
         if host_out_array.nbytes:
             self._cl.enqueue_copy(self._queue, host_out_array, buffer.handle,
                                   src_offset=offset_bytes, is_blocking=True)
+            self.count_transfer("from_device", host_out_array.nbytes)
 
     def copy(self, dst, dst_offset, src, src_offset, nbytes):
         check_device_copy(dst, dst_offset, src, src_offset, nbytes)
@@ -112,6 +118,9 @@ class OpenCLRuntime(Runtime):
         kernel.handle.set_args(*native)
         self._cl.enqueue_nd_range_kernel(self._queue, kernel.handle, global_size, local_size)
 
+    def prepare(self, kernel, global_size, local_size, args, timed=False):
+        return OpenCLLaunch(self, kernel, global_size, local_size, args)
+
     def synchronize(self):
         self._queue.finish()
 
@@ -120,3 +129,34 @@ class OpenCLRuntime(Runtime):
             self._queue.finish()
             self._queue = None
             self._context = None
+
+
+class OpenCLLaunch(PreparedLaunch):
+    """A launch bound once. It owns a kernel object of its own: OpenCL keeps arguments in the
+    kernel object, and built programs are shared between computations, so each launch sets
+    its arguments once instead of before every enqueue."""
+
+    def __init__(self, runtime, kernel, global_size, local_size, args):
+        self.runtime = runtime
+        self.name = kernel.name
+        self.global_size, self.local_size = check_launch(
+            global_size, local_size, [a for a in args if a is not None])
+        self.handle = runtime._cl.Kernel(kernel.handle.program, kernel.name)
+        self.event = None
+        for index, arg in enumerate(args):
+            if arg is not None:
+                self.set_arg(index, arg)
+
+    def set_arg(self, index, arg):
+        check_kernel_argument(index, arg)
+        self.handle.set_arg(index, arg.handle if isinstance(arg, DeviceBuffer) else arg)
+
+    def run(self):
+        self.event = self.runtime._cl.enqueue_nd_range_kernel(
+            self.runtime._queue, self.handle, self.global_size, self.local_size)
+
+    def seconds(self):
+        if self.event is None:
+            return None
+        self.event.wait()
+        return (self.event.profile.end - self.event.profile.start) * 1e-9

@@ -1,0 +1,80 @@
+"""`comp.kernel_report()` and `ngnn profile`: one row per kernel in launch order, with the
+launch geometry, the edges each work-group walks, global bytes and device time."""
+import numpy as np
+import pytest
+
+import ngnn as ng
+from ngnn import cli
+from ngnn import transformers as ngt
+from ngnn.transformers.gpu.report import edges_per_work_group
+
+GPU = "gpu" in ngt.transformer_choices()
+needs_gpu = pytest.mark.skipif(not GPU, reason="no GPU runtime (OpenCL or CUDA) here")
+KEYS = ["name", "template", "group", "launches", "work_groups", "max_edges", "mean_edges",
+        "global_bytes", "seconds"]
+
+
+def star(leaves):
+    """Every leaf 1..leaves sends an edge to the centre 0, which sends one back to leaf 1."""
+    src = np.concatenate([np.arange(1, leaves + 1), [0]])
+    dst = np.concatenate([np.zeros(leaves, np.int64), [1]])
+    return ng.Graph.from_edges(src, dst, num_nodes=leaves + 1)
+
+
+@needs_gpu
+def test_rows_follow_the_launches_and_the_graph():
+    g = star(600)
+    h = ng.placeholder((601, 4), name="h")
+    w = ng.variable((4, 4), initial_value=np.eye(4) / 2, name="w")
+    messages = ng.gather(ng.dot(h, w), g, by="src")
+    out = ng.relu(ng.aggregate(messages, g, at="dst", reduce="sum")) + \
+        ng.aggregate(messages, g, at="src", reduce="max")
+    with ngt.make_transformer("gpu", time_kernels=True) as t:     # timed on CUDA too
+        comp = t.computation([ng.sum(out)], h)
+        before = comp.kernel_report()
+        assert [row["seconds"] for row in before] == [None] * len(before)
+        comp(np.ones((601, 4), np.float32))
+        rows = comp.kernel_report()
+        kernels = comp.executor.kernels
+        assert [row["name"] for row in rows] == [k.name for k in kernels]
+        assert all(list(row) == KEYS for row in rows)
+        for row, kernel in zip(rows, kernels):
+            groups = np.prod([a // b for a, b in zip(kernel.global_size, kernel.local_size)])
+            assert (row["launches"], row["work_groups"]) == (1, groups)
+            assert row["global_bytes"] == kernel.global_bytes()
+            assert row["template"] == kernel.template and row["seconds"] >= 0
+        walks = [(row, kernel) for row, kernel in zip(rows, kernels)
+                 if row["max_edges"] is not None]
+        assert walks and all(row["group"] is not None for row, _ in walks)
+        for row, kernel in walks:
+            edges = edges_per_work_group(kernel)
+            assert row["max_edges"] == edges.max() and row["mean_edges"] == edges.mean()
+            if "rows" in kernel.fields:           # a row per vertex: each edge walked once
+                assert edges.sum() == g.num_edges
+        # One work-group holds the centre and walks its 600 in-edges.
+        assert max(row["max_edges"] for row, _ in walks) >= 600
+        dense = [row for row in rows if row["max_edges"] is None]
+        assert dense and all(row["mean_edges"] is None for row in dense)
+
+
+def test_numpy_has_no_kernel_report():
+    x = ng.placeholder((3,), name="x")
+    comp = ngt.make_transformer("numpy").computation(x + 1.0, x)
+    with pytest.raises(ValueError, match="the numpy transformer runs no device kernels"):
+        comp.kernel_report()
+
+
+@needs_gpu
+def test_profile_command_prints_the_table_and_the_transfers(capsys):
+    assert cli.main(["profile", "--model", "gcn", "--dataset", "sbm", "--num-nodes", "150",
+                     "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| kernel | template | group | launches | work-groups | max edges |" in out
+    assert "| **total per step** |" in out
+    assert "host to device:" in out and " 0 in each later one" in out
+
+
+def test_profile_command_refuses_numpy(capsys):
+    assert cli.main(["profile", "--model", "gcn", "--dataset", "cora",
+                     "--backend", "numpy"]) == 2
+    assert "the numpy backend runs no device kernels" in capsys.readouterr().err
