@@ -56,9 +56,10 @@ def main(checkout):
             failed.append(f"{module.name}: {type(error).__name__}: {error}")
     if failed:
         sys.exit("check_installed: these do not import:\n  " + "\n  ".join(map(str, failed)))
-    elsewhere = sorted(name for name, module in sys.modules.items()
-                       if name.split(".")[0] == "ngnn" and getattr(module, "__file__", None)
-                       and not pathlib.Path(module.__file__).resolve().is_relative_to(installed_root))
+    elsewhere = sorted(
+        name for name, module in sys.modules.items()
+        if name.split(".")[0] == "ngnn" and getattr(module, "__file__", None)
+        and not pathlib.Path(module.__file__).resolve().is_relative_to(installed_root))
     if elsewhere:
         sys.exit("check_installed: these ngnn modules come from outside the installed copy "
                  "(an editable install's import hook?):\n  " + "\n  ".join(elsewhere))
