@@ -1,5 +1,6 @@
 """ngnn.distributed: partitions, and training over 1, 2, 3 and 4 MPI ranks (mpiexec from the
 `mpi` extra) equal to one process."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import ngnn as ng
-from ngnn import datasets, distributed as dist
+from ngnn import datasets, distributed as dist, nn
 from ngnn.distributed.launch import find_mpiexec
 from ngnn.distributed.partition import POLICIES
 
@@ -183,6 +184,19 @@ def test_one_rank_ops_and_keyed_dropout(transformer_factory):
     np.testing.assert_array_equal(keyed, reference[part.nodes])
     assert "mirror_reduce(%x, reduce=sum, rank=0" in comp.ir
     assert "master_broadcast(" in comp.ir and "global_node_ids" in comp.ir
+
+
+def test_one_rank_trains_without_validation_rows():
+    """As the Trainer: an empty val_mask trains every epoch, val accuracy NaN."""
+    data = datasets.synthetic("sbm", 300, 4, 6, 3, seed=0)
+    data = dataclasses.replace(data, val_mask=np.zeros(data.num_nodes, bool))
+    part = dist.partition(data.graph, 1, "cvc").part(0)
+    trainer = dist.DistributedTrainer(nn.GCN(6, 8, 3, seed=0), data, part)
+    history = trainer.fit(6, patience=1, progress=False)
+    assert len(history) == 6 and all(np.isnan(r["val_acc"]) for r in history)
+    result = trainer.evaluate()
+    assert np.isnan(result["val"]) and 0 <= result["test"] <= 1
+    trainer.transformer.close()
 
 
 # ---- over MPI ranks ------------------------------------------------------------------------
