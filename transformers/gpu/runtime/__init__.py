@@ -15,8 +15,9 @@ from .cache import CompileCache, default_cache_dir
 from .nvcc import compile_ptx, nvcc_available
 
 __all__ = ["DeviceBuffer", "DeviceMemoryError", "Kernel", "Runtime", "CompileCache",
-           "default_cache_dir", "compile_ptx", "nvcc_available", "numbered_source", "get_runtime", "available_runtimes",
-           "runtime_unavailable_reason", "template_environment", "render_prelude", "DIALECTS"]
+           "default_cache_dir", "compile_ptx", "nvcc_available", "numbered_source",
+           "get_runtime", "available_runtimes", "runtime_unavailable_reason",
+           "template_environment", "render_prelude", "DIALECTS"]
 
 DIALECTS = ("cuda", "opencl")
 RUNTIME_ORDER = ("cuda", "opencl")
