@@ -3,10 +3,17 @@
 `transformers/` is installed as `ngnn.transformers` (never as a top-level package: that
 name belongs to another library) and `templates/` as `ngnn.templates` package data.
 """
-from setuptools import setup
+from setuptools import find_packages, setup
 
-CORE_PACKAGES = ["ngnn", "ngnn.op_graph", "ngnn.passes", "ngnn.frontend", "ngnn.nn",
-                 "ngnn.datasets", "ngnn.sampling", "ngnn.distributed"]
+# Packages are discovered, never listed: a new folder under ngnn/ or transformers/ with an
+# __init__.py ships without touching this file. A development checkout links ngnn/transformers
+# and ngnn/templates to the top-level folders; those links are excluded here so the folders
+# come in once, through package_dir, as ngnn.transformers and ngnn.templates.
+MAPPED = {"ngnn.transformers": "transformers", "ngnn.templates": "templates"}
+CORE_PACKAGES = find_packages(include=["ngnn", "ngnn.*"],
+                              exclude=[p for name in MAPPED for p in (name, name + ".*")])
+TRANSFORMER_PACKAGES = ["ngnn.transformers"] + [
+    "ngnn.transformers." + p for p in find_packages(where="transformers")]
 
 setup(
     name="ngnn",
@@ -14,15 +21,19 @@ setup(
     description="A compiler for graph neural networks: vertex-centric front end, graph IR, "
                 "fused kernels for NumPy, CUDA and OpenCL",
     python_requires=">=3.10",
-    packages=CORE_PACKAGES + ["ngnn.transformers", "ngnn.transformers.numpy",
-                              "ngnn.transformers.gpu", "ngnn.transformers.gpu.runtime",
-                              "ngnn.templates"],
-    package_dir={"ngnn.transformers": "transformers", "ngnn.templates": "templates"},
-    package_data={"ngnn.templates": ["*.j2"], "ngnn.datasets": ["data/*.npz"]},
+    packages=CORE_PACKAGES + TRANSFORMER_PACKAGES + ["ngnn.templates"],
+    package_dir=MAPPED,
+    # Embedded data: every file under ngnn/datasets/data/, at any depth and of any kind
+    # (.npz arrays, .txt notices), so a new dataset ships without editing this line.
+    package_data={"ngnn.templates": ["*.j2"], "ngnn.datasets": ["data/**/*"]},
     install_requires=["numpy>=1.24", "scipy>=1.10", "jinja2>=3.0", "multipledispatch>=0.6",
                       "tqdm>=4.60"],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "networkx>=2.8"],
+        # torch is pinned: unpinned, pip picks the multi-GB CUDA build; 2.13.0 is the CPU
+        # wheel the PyTorch Geometric comparisons were written against. `build` makes the
+        # wheel and the sdist that scripts/check_wheel.sh installs.
+        "test": ["pytest>=7", "hypothesis>=6", "networkx>=2.8", "torch==2.13.0",
+                 "torch_geometric", "build>=1.0"],
         "opencl": ["pyopencl>=2022.1"],
         "cuda": ["pycuda>=2022.1"],
         "mpi": ["mpi4py>=3.1", "mpich", "pymetis>=2023.1"],

@@ -123,9 +123,11 @@ class Trainer:
             if mask.shape != (data.num_nodes,):
                 raise ValueError(f"Trainer: the dataset's {split}_mask has shape {mask.shape}, "
                                  f"expected ({data.num_nodes},)")
-            if not mask.astype(bool).any():
-                raise ValueError(f"Trainer: the dataset's {split}_mask selects no rows; "
-                                 f"training needs {split} rows")
+        # An empty val_mask is allowed (fit then trains every epoch and keeps the last
+        # weights, as PyG's and DGL's examples do); an empty train_mask leaves nothing to fit.
+        if not np.asarray(data.train_mask).astype(bool).any():
+            raise ValueError("Trainer: the dataset's train_mask selects no rows; training "
+                             "needs train rows")
         self.transformer = transformer or ngt.make_transformer(backend)
 
         n = data.num_nodes
@@ -204,19 +206,28 @@ class Trainer:
             return self.minibatches.predict()
         return self.evaluate_logits(self.inputs[0])
 
+    @property
+    def has_validation(self):
+        """Whether the dataset's val_mask selects any row. Without validation rows the val
+        accuracy and loss are NaN and `fit` neither selects weights nor stops early."""
+        return bool(np.asarray(self.data.val_mask).astype(bool).any())
+
     def evaluate(self):
-        """Accuracy on the train, val and test splits."""
+        """Accuracy on the train, val and test splits (val: NaN without validation rows)."""
         logits = self.predict()
         return {split: accuracy(logits, self.data.labels, getattr(self.data, split + "_mask"),
                                 split + "_mask")
+                if split != "val" or self.has_validation else float("nan")
                 for split in ("train", "val", "test")}
 
     def epoch_metrics(self):
         """Training accuracy, validation accuracy and validation loss, recorded by `fit`
-        each epoch (it selects weights by the last two)."""
+        each epoch (it selects weights by the last two; NaN without validation rows)."""
         logits, labels = self.predict(), self.data.labels
-        return (accuracy(logits, labels, self.data.train_mask, "train_mask"),
-                accuracy(logits, labels, self.data.val_mask, "val_mask"),
+        train_acc = accuracy(logits, labels, self.data.train_mask, "train_mask")
+        if not self.has_validation:
+            return train_acc, float("nan"), float("nan")
+        return (train_acc, accuracy(logits, labels, self.data.val_mask, "val_mask"),
                 cross_entropy(logits, labels, self.data.val_mask))
 
     def fit(self, epochs, patience=None, progress=True):
@@ -224,7 +235,10 @@ class Trainer:
         validation split; the weights with the best validation accuracy (ties: lower
         validation loss) are restored at the end. With `patience`, training stops once
         neither the validation accuracy nor the validation loss has improved for that many
-        epochs (the GAT paper's criterion). Returns the list of per-epoch records."""
+        epochs (the GAT paper's criterion). A dataset without validation rows trains every
+        epoch and keeps the last weights, `patience` unused, its records' val_acc and
+        val_loss NaN. Returns the list of per-epoch records."""
+        validated = self.has_validation
         best_acc, best_loss, best_key = -1.0, np.inf, None
         best_weights, waited = None, 0
         bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
@@ -243,6 +257,8 @@ class Trainer:
                     f"training diverged: loss is {loss} at epoch {epoch}. To find the first op "
                     "that produced a NaN or Inf, rerun with the transformer option "
                     "debug_nans=True (ngnn train --debug-nans)")
+            if not validated:
+                continue            # nothing to select weights by or to stop on
             if best_key is None or (val_acc, -val_loss) > best_key:
                 best_key = (val_acc, -val_loss)
                 best_weights = self.state()

@@ -3,6 +3,10 @@ entries, device memory limits, deep graphs, closing transformers, bounded caches
 import gc
 import linecache
 import os
+import re
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
@@ -165,6 +169,63 @@ def test_the_real_device_limit_is_checked():
     with pytest.raises(MemoryError, match=rf"placeholder <Placeholder 'huge' \[{rows}, 1024\]"):
         t.computation(ng.sum(x), x).transform()
     t.close()
+
+
+# Run in a child process: a driver that aborts (PoCL did, on an allocation it could not
+# make) must fail the test, not end pytest.
+ISOLATED_PRELUDE = """
+import resource
+import sys
+import ngnn as ng
+from ngnn import transformers as ngt
+from ngnn.transformers.gpu.runtime import DeviceMemoryError
+t = ngt.make_transformer("gpu")
+total, largest = t.runtime.memory_limits()
+"""
+
+
+def run_isolated(body):
+    return subprocess.run([sys.executable, "-c", ISOLATED_PRELUDE + textwrap.dedent(body)],
+                          capture_output=True, text=True, timeout=300)
+
+
+@needs_gpu
+def test_a_buffer_larger_than_one_allocation_asked_of_the_runtime():
+    result = run_isolated("""
+        try:
+            t.runtime.alloc(largest + 1, "buffer 'huge'")
+        except DeviceMemoryError as error:
+            print("error:", error)
+        """)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"error: buffer 'huge' needs (\d+) bytes .*, more than the largest single "
+                     r"allocation the device '.+' allows \((\d+) bytes", result.stdout)
+
+
+@needs_gpu
+def test_more_than_the_process_can_map_is_an_error_not_an_abort():
+    """An intermediate within the device's limits, but beyond the address space the process
+    may still map (ulimit -v): PoCL aborted at the first launch that wrote it
+    (pocl_create_migration_commands, signal 6)."""
+    result = run_isolated("""
+        import os
+        import numpy as np
+        nbytes = min(largest, total, 1 << 31)
+        rows = nbytes // (4 * 1024)
+        a = ng.placeholder((rows, 1), name="a")
+        b = ng.placeholder((1, 1024), name="b")
+        comp = t.computation(ng.sum(ng.exp(ng.dot(a, b))), a, b)
+        mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + nbytes // 2, resource.RLIM_INFINITY))
+        try:
+            comp(np.zeros((rows, 1), np.float32), np.zeros((1, 1024), np.float32))
+        except DeviceMemoryError as error:
+            print("error:", error)
+        """)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"error: the intermediate buffer of <Dot \[\d+, 1024\] float32> needs "
+                     r"\d+ bytes .*which the device '.+' could not allocate", result.stdout), \
+        result.stdout
 
 
 # ---- deep graphs ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import ngnn as ng
 from ngnn import nn
 from ngnn import transformers as ngt
-from ngnn.op_graph import Aggregate, EdgeSoftmax, Gather
+from ngnn.op_graph import Aggregate, Divide, Dropout, EdgeSoftmax, Exp, Gather
 
 
 def random_graph(rng, n=40, e=200, isolated=5):
@@ -172,6 +172,35 @@ def test_gat_forward_prints_two_fused_groups_around_the_dense_transform():
     assert "# recomputed" in body2                      # coefficients recomputed, not stored
     assert "# materialized" not in ir
     assert comp.ir_after("Fusion") == ir
+
+
+@pytest.mark.parametrize("attn_drop", [0.0, 0.5])
+def test_gat_backward_recomputes_the_attention_when_it_can(attn_drop):
+    """The backward's alpha * gathered gradient recomputes the whole chain of the forward's
+    attention (exp over a gathered sum) when it can, so the attention is not stored for it;
+    only with a bound too short for that chain does it read the stored attention, E x H,
+    still never storing the E x H x F product. (Reading it whenever it was narrower kept
+    every GAT layer's attention stored: docs/fusion.md, memory of the fused GAT step.)"""
+    g = random_graph(np.random.default_rng(5), n=40, e=300)
+    x = ng.placeholder((g.num_nodes, 6), name="x")
+    layer = nn.GATConv(6, 3, 4, attn_drop=attn_drop, seed=0)
+    loss = ng.sum(layer(g, x, training=True) ** 2)
+    results = [loss] + ng.grad(loss, layer.parameters())
+
+    def stored(**options):
+        with ngt.make_transformer("numpy", **options) as t:
+            comp = t.computation(results, x)
+            comp.transform()
+            return [op for op in comp.memory_plan.slots
+                    if op.shape and op.shape[0] == g.num_edges]
+
+    def attention(ops):         # alpha = exp(...) / gathered sum, or its dropout
+        return [op for op in ops if isinstance(op, Dropout) or isinstance(op, Divide)
+                and any(isinstance(a, Exp) for a in op.args)]
+    whole, bounded = stored(), stored(max_recompute=8)
+    assert not attention(whole) and attention(bounded)
+    assert len(whole) < len(bounded)
+    assert all(op.shape == (g.num_edges, 4, 1) for op in whole + bounded)
 
 
 def test_recompute_policy_stores_fewer_edge_values_than_materialize():

@@ -287,11 +287,10 @@ def quick_profile(tmp_path_factory, cache={}):
 
 def test_every_step_run_is_priced_and_every_priced_step_runs(tmp_path_factory):
     """The prediction prices exactly the steps the transformer runs, each with a positive
-    time, and each graph op (a fused group) within a factor of 4 of its measured time: a
-    bound generous enough for a shared machine, whose speed moves by up to 1.5 times, and
-    for the quick profile's small sizes (0.8 to 2.1 times the measured here), that still
-    catches a term priced on the wrong count or unit. How near each price really is, is
-    the benchmark's figure (benchmarks/bench_simulate.py, docs/simulator.md)."""
+    time. How near each price is to its measured time is a benchmark's figure
+    (benchmarks/bench_simulate_ops.py, docs/simulator.md), never a test's: a timed bound
+    fails on a loaded machine (test_a_fused_groups_price_follows_its_counts checks the
+    counts and units deterministically)."""
     from ngnn import transformers as ngt
     from ngnn.simulate.measure import measure_steps
     topology_ = quick_profile(tmp_path_factory)
@@ -303,17 +302,44 @@ def test_every_step_run_is_priced_and_every_priced_step_runs(tmp_path_factory):
                                transformer=ngt.make_transformer("numpy"))
         trainer.step()
         report = simulate.predict(trainer.train_step, topology_)
-        measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=3)
+        measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=1)
         predicted = {step.name: step.seconds for step in report.ops}
         assert {simulate.simulator.step_name(s) for s in measured} == set(predicted)
         assert all(seconds > 0 for seconds in predicted.values())
-        assert all(seconds >= 0 for seconds in measured.values())
-        groups = {simulate.simulator.step_name(s): t for s, t in measured.items()
-                  if not hasattr(s, "args")}
-        assert groups
-        for name, seconds in groups.items():
-            assert seconds / 4 <= predicted[name] <= 4 * seconds, (model, name)
+        assert any(not hasattr(s, "args") for s in measured)       # fused groups ran
         trainer.transformer.close()
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat", "sage", "gin"])
+def test_a_fused_groups_price_follows_its_counts(model):
+    """On a device without a per-call cost, every fused group of a graph 4 times larger
+    (R-MAT, same degree) costs 4 times as much (3.5 to 4.5: blocks round), and each costs
+    between 1 and 10,000 times reading 4 bytes per edge at the memory bandwidth. A term
+    priced on the wrong count (per call, per weight, squared) breaks the first; one in the
+    wrong unit (ms or ns for s) the second. Deterministic, unlike a comparison with
+    measured times (the benchmarks'), which this replaced."""
+    from ngnn import transformers as ngt
+    topology_ = simulate.Topology([simulate.Device(**{**DEVICE, "call_overhead": 0.0})])
+
+    def fused(num_nodes):
+        args = make_parser().parse_args(["bench", "--model", model, "--dataset", "rmat",
+                                         "--num-nodes", str(num_nodes)])
+        _fill_defaults(args)
+        data = load_dataset(args)
+        trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
+        report = simulate.predict(trainer.train_step, topology_)
+        trainer.transformer.close()
+        return ({step.name: step.seconds for step in report.ops if step.kind == "fused"},
+                data.graph.num_edges)
+
+    small, small_edges = fused(2000)
+    large, large_edges = fused(8000)
+    assert small and set(small) == set(large)
+    assert large_edges == 4 * small_edges
+    edge_read = 4 * small_edges / DEVICE["memory_bandwidth"]
+    for name, seconds in small.items():
+        assert 3.5 <= large[name] / seconds <= 4.5, name
+        assert 1 <= seconds / edge_read <= 1e4, name
 
 
 def test_ranks_are_predicted_from_their_own_computations(tmp_path_factory):

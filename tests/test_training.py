@@ -1,5 +1,7 @@
 """Optimizers, models and the Trainer: updates against NumPy, learning, determinism,
 checkpoints."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -141,6 +143,30 @@ def test_early_stopping_restores_the_best_weights(sbm):
     assert len(history) < 200
     best = max(r["val_acc"] for r in history)
     assert trainer.evaluate()["val"] == best
+
+
+def test_without_validation_rows_every_epoch_trains_and_the_last_weights_stay(
+        sbm, transformer_factory):
+    """An empty val_mask (PyG's and DGL's examples then train without early stopping):
+    fit runs every epoch whatever the patience, keeps the last weights (those of as many
+    plain steps) and reports the val accuracy and loss as NaN; the test accuracy stands."""
+    def trainer(data):
+        model = nn.GCN(data.num_features, 16, data.num_classes, seed=1)
+        return Trainer(model, data, optim.Adam(model.parameters(), lr=0.02), seed=1,
+                       normalize=False, transformer=transformer_factory())
+    unvalidated = dataclasses.replace(sbm, val_mask=np.zeros(sbm.num_nodes, bool))
+    fitted = trainer(unvalidated)
+    history = fitted.fit(12, patience=1, progress=False)
+    assert len(history) == 12
+    assert all(np.isnan(r["val_acc"]) and np.isnan(r["val_loss"]) for r in history)
+    assert all(np.isfinite(r["loss"]) and 0 <= r["train_acc"] <= 1 for r in history)
+    stepped = trainer(sbm)
+    losses = [stepped.step() for _ in range(12)]
+    assert [r["loss"] for r in history] == losses
+    for name, value in stepped.state().items():
+        np.testing.assert_array_equal(fitted.state()[name], value, err_msg=name)
+    result = fitted.evaluate()
+    assert np.isnan(result["val"]) and result["test"] == stepped.evaluate()["test"] > 0.6
 
 
 def test_checkpoint_round_trip(sbm, tmp_path):

@@ -102,8 +102,10 @@ class DistributedTrainer(Trainer):
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         loss = float(-log_probs[np.arange(len(labels)), labels].sum()) if len(labels) else 0.0
         count = self.counts[split]
+        if count == 0 and split == "val":
+            return float("nan"), float("nan")       # as the Trainer's, without val rows
         if count == 0:
-            raise ValueError("accuracy: the mask selects no rows")
+            raise ValueError(f"accuracy: the {split}_mask selects no rows")
         correct, loss = self.exchange.sum([correct, loss])
         return correct / count, loss / count
 

@@ -216,10 +216,12 @@ def add_recompute(group, groups, limit):
     edge-side ancestry is short, made only of gathers and element-wise ops, and nowhere
     wider than the value itself: recomputing then reads no more per edge than loading the
     stored value would (GAT's attention logits, (E, H, 1) from (N, H, 1) gathers, are
-    recomputed; a per-head dot product over gathered (E, H, F) features is stored). An edge
-    value of the ancestry that is narrower than the recomputed one is read, not recomputed
-    (GAT's backward recomputes alpha * gathered gradient, (E, H, F), from the stored
-    (E, H, 1) attention instead of storing the product)."""
+    recomputed; a per-head dot product over gathered (E, H, F) features is stored). When the
+    whole ancestry cannot be recomputed, an edge value of it that is narrower than the
+    recomputed one is read instead, stored by its group (GAT's backward with attention
+    dropout recomputes alpha * gathered gradient, (E, H, F), from the stored dropped
+    (E, H, 1) attention instead of storing the product); without dropout the attention
+    itself is recomputed and nothing is stored (docs/fusion.md: E x H floats less)."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
@@ -234,6 +236,13 @@ def add_recompute(group, groups, limit):
 
 
 def _recompute_chain(op, owner, limit):
+    return _chain(op, owner, limit, read_narrower=False) or \
+        _chain(op, owner, limit, read_narrower=True)
+
+
+def _chain(op, owner, limit, read_narrower):
+    """The ops recomputing `op`, or None; `read_narrower`: edge values of the ancestry
+    narrower than `op` are read, not recomputed."""
     chain, stack = [], [op]
     while stack:
         x = stack.pop()
@@ -248,7 +257,7 @@ def _recompute_chain(op, owner, limit):
             return None
         if not isinstance(x, Gather):
             stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None
-                         and (a.size >= op.size or isinstance(a, Gather)))
+                         and (not read_narrower or a.size >= op.size or isinstance(a, Gather)))
             if any(a.scope == "e" and owner.get(a) is None and not isinstance(a, Gather)
                    for a in x.args):
                 return None

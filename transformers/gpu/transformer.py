@@ -27,6 +27,7 @@ from ..debug_nans import check_finite
 from .kernels import GEMM_TILE, GPUKernelGenerator, HostStep
 from .report import kernel_report
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
+from .runtime.base import DeviceMemoryError, check_allocation_size
 
 GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
 
@@ -72,13 +73,12 @@ def record_kernels(kernels):
         generated_kernels.remember(key, lambda: k)
 
 
-class DeviceMemoryError(MemoryError):
-    """A computation needs more device memory than the device has or allows at once."""
-
-
 class GPUDeviceBufferStorage(DeviceBufferStorage):
+    """`name` says what the buffer holds ("tensor 'x' (4, 3) float32", "the intermediate
+    buffer of <Dot ...>"), for the runtime's DeviceMemoryError."""
+
     def allocate(self):
-        self.buffer = self.transformer.runtime.alloc(self.nbytes)
+        self.buffer = self.transformer.runtime.alloc(self.nbytes, self.name)
         self.transformer.storages.append(self)
         self.transformer.count_allocation(self.nbytes)
         return self.buffer
@@ -139,13 +139,9 @@ def check_device_memory(runtime, requests, in_use):
     the allocations `requests` ((what, bytes) pairs) would exceed the device's largest
     allocation or, with the `in_use` bytes already held, its memory. Checked before
     allocating: drivers answer an oversized request with a bare status code or abort."""
-    total, largest = runtime.memory_limits()
     for what, nbytes in requests:
-        if nbytes > largest:
-            raise DeviceMemoryError(
-                f"{what} needs {nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than the "
-                f"largest single allocation the device {runtime.device_name!r} allows "
-                f"({largest} bytes, {largest / 2**30:.2f} GiB)")
+        check_allocation_size(runtime, what, nbytes)
+    total, _ = runtime.memory_limits()
     need = sum(nbytes for _, nbytes in requests)
     if need + in_use > total:
         what, nbytes = max(requests, key=lambda r: r[1])
@@ -182,10 +178,9 @@ def new_tensor(transformer, shape, dtype, name, allocate=True):
     transient computation becomes resident)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    storage = GPUDeviceBufferStorage(transformer, nbytes, name)
+    storage = GPUDeviceBufferStorage(transformer, nbytes, f"tensor {name!r} {tuple(shape)} {dtype}")
     if allocate:
-        check_device_memory(transformer.runtime,
-                            [(f"tensor {name!r} {tuple(shape)} {dtype}", nbytes)],
+        check_device_memory(transformer.runtime, [(storage.name, nbytes)],
                             sum(storage.nbytes for storage in transformer.storages))
         storage.allocate()
     return GPUDeviceTensor(storage, 0, shape, dtype)
@@ -274,7 +269,8 @@ class SparseInput:
                 if buffer is not None:
                     runtime.free(buffer)
                     self.transformer.count_allocation(-buffer.nbytes)
-                buffer = self.buffers[part] = runtime.alloc(max(array.nbytes, 4))
+                buffer = self.buffers[part] = runtime.alloc(
+                    max(array.nbytes, 4), f"the {part} of sparse placeholder {self.placeholder}")
                 self.transformer.count_allocation(buffer.nbytes)
                 self.version += 1
             if array.nbytes:
@@ -610,7 +606,7 @@ class GPUTransformer(Transformer):
             check_device_memory(self.runtime,
                                 self.allocation_requests(computation, kernels, memory),
                                 sum(storage.nbytes for storage in self.storages))
-        buffers = [GPUDeviceBufferStorage(self, nbytes, f"buffer{i}")
+        buffers = [GPUDeviceBufferStorage(self, nbytes, buffer_holding(memory, i))
                    for i, nbytes in enumerate(memory.buffer_bytes)]
         # A dense placeholder's own buffer is allocated when a call first feeds it an array
         # (a transient computation's when it becomes resident).

@@ -206,8 +206,10 @@ class ModuleWriter:
                  "from ngnn.transformers.numpy import kernels as K",
                  "", "",
                  "def bind(buffers, variables, constants, graphs, ops):"]
-        workspace = max((w.workspace_bytes for w in self.writers.values()), default=0)
-        if workspace:
+        # Made whenever a group has block values, even of 0 bytes (no vertices, or rows of
+        # width 0): the groups' views into it are bound all the same.
+        if any(w.scratch for w in self.writers.values()):
+            workspace = max(w.workspace_bytes for w in self.writers.values())
             lines.append(f"    workspace = np.empty({workspace}, np.uint8)  "
                          "# the fused groups' block values (fused.py)")
         lines += ["    " + line for line in self.bind_lines]

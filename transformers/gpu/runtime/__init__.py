@@ -10,13 +10,14 @@ from pathlib import Path
 
 import jinja2
 
-from .base import DeviceBuffer, Kernel, Runtime, numbered_source
+from .base import DeviceBuffer, DeviceMemoryError, Kernel, Runtime, numbered_source
 from .cache import CompileCache, default_cache_dir
 from .nvcc import compile_ptx, nvcc_available
 
-__all__ = ["DeviceBuffer", "Kernel", "Runtime", "CompileCache", "default_cache_dir", "compile_ptx",
-           "nvcc_available", "numbered_source", "get_runtime", "available_runtimes",
-           "runtime_unavailable_reason", "template_environment", "render_prelude", "DIALECTS"]
+__all__ = ["DeviceBuffer", "DeviceMemoryError", "Kernel", "Runtime", "CompileCache",
+           "default_cache_dir", "compile_ptx", "nvcc_available", "numbered_source",
+           "get_runtime", "available_runtimes", "runtime_unavailable_reason",
+           "template_environment", "render_prelude", "DIALECTS"]
 
 DIALECTS = ("cuda", "opencl")
 RUNTIME_ORDER = ("cuda", "opencl")

@@ -6,6 +6,24 @@ from typing import Any
 import numpy as np
 
 
+class DeviceMemoryError(MemoryError):
+    """A computation or a buffer needs more device memory than the device has, allows at
+    once, or can give."""
+
+
+def check_allocation_size(runtime, what, nbytes):
+    """Raises DeviceMemoryError, naming `what`, its bytes and the limit, when one allocation
+    of `nbytes` exceeds the device's largest single allocation or its memory."""
+    total, largest = runtime.memory_limits()
+    for limit, which in ((largest, "the largest single allocation the device {} allows"),
+                         (total, "the memory of the device {}")):
+        if nbytes > limit:
+            raise DeviceMemoryError(
+                f"{what} needs {nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than "
+                f"{which.format(repr(runtime.device_name))} ({limit} bytes, "
+                f"{limit / 2**30:.2f} GiB)")
+
+
 @dataclass(eq=False)
 class DeviceBuffer:
     """A device allocation of `nbytes` bytes; `handle` is the runtime's native object
@@ -46,8 +64,19 @@ class Runtime(ABC):
         self.transferred[direction] += int(nbytes)
 
     @abstractmethod
-    def alloc(self, nbytes) -> DeviceBuffer:
-        """A new buffer of `nbytes` bytes (zero is allowed), contents undefined."""
+    def alloc(self, nbytes, what="a buffer") -> DeviceBuffer:
+        """A new buffer of `nbytes` bytes (zero is allowed), contents undefined. A request the
+        device cannot meet raises DeviceMemoryError naming `what`: checked against the
+        device's limits before the driver is asked (`checked_size`), and a driver's own
+        out-of-memory answer turned into the same error."""
+
+    def checked_size(self, nbytes, what):
+        """`nbytes` as an int, once it is known to fit the device's limits."""
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes for {what}")
+        check_allocation_size(self, what, nbytes)
+        return nbytes
 
     @abstractmethod
     def free(self, buffer):

@@ -5,8 +5,9 @@ PyCUDA is imported when the runtime is created, never at module import, so machi
 """
 import weakref
 
-from .base import (DeviceBuffer, Kernel, PreparedLaunch, Runtime, check_copy, check_device_copy,
-                   check_kernel_argument, check_launch, numbered_source)
+from .base import (DeviceBuffer, DeviceMemoryError, Kernel, PreparedLaunch, Runtime,
+                   check_copy, check_device_copy, check_kernel_argument, check_launch,
+                   numbered_source)
 from .cache import CompileCache
 
 
@@ -36,12 +37,19 @@ class CUDARuntime(Runtime):
         self.cache = cache if cache is not None else CompileCache()
         self.transferred = {"to_device": 0, "from_device": 0}
 
-    def alloc(self, nbytes):
-        nbytes = int(nbytes)
-        if nbytes < 0:
-            raise ValueError(f"cannot allocate {nbytes} bytes")
-        # cuMemAlloc rejects zero bytes; empty tensors still need a pointer to pass to kernels.
-        return DeviceBuffer(nbytes, self._drv.mem_alloc(max(1, nbytes)))
+    def alloc(self, nbytes, what="a buffer"):
+        nbytes = self.checked_size(nbytes, what)
+        try:
+            # cuMemAlloc rejects zero bytes; empty tensors still need a pointer to pass to
+            # kernels.
+            handle = self._drv.mem_alloc(max(1, nbytes))
+        except self._drv.MemoryError as err:
+            free, _ = self._drv.mem_get_info()
+            raise DeviceMemoryError(
+                f"{what} needs {nbytes} bytes ({nbytes / 2**30:.2f} GiB), more than the "
+                f"{free} bytes ({free / 2**30:.2f} GiB) free on the device "
+                f"{self.device_name!r} ({err})") from None
+        return DeviceBuffer(nbytes, handle)
 
     def free(self, buffer):
         if buffer.handle is not None:

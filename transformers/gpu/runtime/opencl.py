@@ -1,8 +1,9 @@
 """OpenCL runtime through PyOpenCL: any OpenCL 1.2 device, including PoCL on a CPU."""
 import numpy as np
 
-from .base import (DeviceBuffer, Kernel, PreparedLaunch, Runtime, check_copy, check_device_copy,
-                   check_kernel_argument, check_launch, numbered_source)
+from .base import (DeviceBuffer, DeviceMemoryError, Kernel, PreparedLaunch, Runtime,
+                   check_copy, check_device_copy, check_kernel_argument, check_launch,
+                   numbered_source)
 from .cache import CompileCache
 
 BUILD_OPTIONS = ("-cl-std=CL1.2",)
@@ -36,15 +37,30 @@ class OpenCLRuntime(Runtime):
         # kernel report asks (no measurable cost on PoCL; docs/gpu_runtime.md).
         self._queue = cl.CommandQueue(self._context, self._device,
                                       properties=cl.command_queue_properties.PROFILING_ENABLE)
+        # A CPU device's buffers are host memory. PoCL allocates a buffer's memory when it
+        # first uses it, and aborts the process (an assertion in
+        # pocl_create_migration_commands) when that allocation fails; ALLOC_HOST_PTR makes
+        # it allocate in clCreateBuffer, which reports the failure as an error instead.
+        self._alloc_flags = cl.mem_flags.READ_WRITE | (
+            cl.mem_flags.ALLOC_HOST_PTR if self._device.type & cl.device_type.CPU else 0)
         self.cache = cache if cache is not None else CompileCache()
         self.transferred = {"to_device": 0, "from_device": 0}
 
-    def alloc(self, nbytes):
-        nbytes = int(nbytes)
-        if nbytes < 0:
-            raise ValueError(f"cannot allocate {nbytes} bytes")
-        # OpenCL rejects zero-sized buffers; empty tensors still need a handle to pass to kernels.
-        handle = self._cl.Buffer(self._context, self._cl.mem_flags.READ_WRITE, size=max(1, nbytes))
+    def alloc(self, nbytes, what="a buffer"):
+        nbytes = self.checked_size(nbytes, what)
+        try:
+            # OpenCL rejects zero-sized buffers; empty tensors still need a handle to pass
+            # to kernels.
+            handle = self._cl.Buffer(self._context, self._alloc_flags, size=max(1, nbytes))
+        except self._cl.Error as err:
+            if err.code not in (self._cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                                self._cl.status_code.OUT_OF_HOST_MEMORY,
+                                self._cl.status_code.OUT_OF_RESOURCES):
+                raise
+            raise DeviceMemoryError(
+                f"{what} needs {nbytes} bytes ({nbytes / 2**30:.2f} GiB), which the device "
+                f"{self.device_name!r} could not allocate ({err}): within its limits, "
+                f"but more than the memory left") from None
         return DeviceBuffer(nbytes, handle)
 
     def free(self, buffer):
