@@ -293,17 +293,31 @@ def test_feature_lists_need_distinct_names_and_the_right_rows():
         ng.zoomIn(g, edge_feat=[h])
 
 
-def test_zoom_out_needs_a_per_vertex_value():
+def test_zoom_out_needs_a_per_vertex_or_per_edge_value():
     h, w, _, _ = inputs()
     with ng.zoomIn(graph(), node_feat=[h], edge_feat=[w]) as v:
         msgs = [n.h for n in v.innbs]
         edges = [e.w for e in v.inedges]
     with pytest.raises(TracingError, match="per neighbour .*scope innbs"):
         ng.zoomOut(msgs[0])
-    with pytest.raises(TracingError, match="per edge .*scope inedge"):
-        ng.zoomOut(edges[0])
     with pytest.raises(TracingError, match="traced inside ng.zoomIn"):
         ng.zoomOut(h)
+
+
+def test_zoom_out_of_an_edge_value_is_an_edge_tensor_in_edge_id_order(transformer_factory):
+    h, w, hv, wv = inputs()
+    g = graph()
+    with ng.zoomIn(g, node_feat=[h], edge_feat=[w]) as v:
+        incoming = [n.h * e.w + v.h for n, e in zip(v.innbs, v.inedges)]
+        outgoing = [n.h - v.h for n in v.outnbs]
+        total = sum(incoming)
+    on_in_edges, on_out_edges, node = ng.zoomOut(*incoming, *outgoing, total)
+    assert on_in_edges.shape == on_out_edges.shape == (E, F) and node.shape == (N, F)
+    with transformer_factory() as t:
+        a, b, c = t.computation([on_in_edges, on_out_edges, node], h, w)(hv, wv)
+    np.testing.assert_allclose(a, hv[g.src] * wv + hv[g.dst], rtol=1e-12)
+    np.testing.assert_allclose(b, hv[g.dst] - hv[g.src], rtol=1e-12)
+    np.testing.assert_allclose(c, add_at(N, g.dst, a), rtol=1e-12)
 
 
 def test_reductions_need_a_neighbour_list():

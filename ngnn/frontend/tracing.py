@@ -75,29 +75,34 @@ class LocalAggregate(Op):
 
 
 class ZoomOut(Op):
-    """A per-vertex value as a node tensor (N,) + shape. Lowering forwards it to the
-    whole-graph ops that compute it."""
+    """A per-vertex value as a node tensor (N,) + shape, or a per-edge value as an edge
+    tensor (E,) + shape (rows in edge id order). Lowering forwards it to the whole-graph ops
+    that compute it."""
 
     def __init__(self, value):
+        graph = value.zoom.graph
+        rows = graph.num_dst if value.scope == "v" else graph.num_edges
         # An explicit scope skips the open-context check: zoomOut runs after the context.
-        super().__init__([value], shape=(value.zoom.graph.num_dst,) + value.shape,
-                         dtype=value.dtype, scope="v")
+        super().__init__([value], shape=(rows,) + value.shape, dtype=value.dtype, scope="v")
         self.context = value.zoom
         self.scope, self.zoom = None, None
 
 
 def zoomOut(*values):
-    """The node tensors of per-vertex values traced in ng.zoomIn: one op, or a tuple."""
+    """The node tensors of per-vertex values traced in ng.zoomIn (and the edge tensors of
+    per-edge values, such as an attention's coefficients): one op, or a tuple."""
     outs = []
     for value in values:
         if not isinstance(value, Op) or value.zoom is None:
             raise TracingError(at_user_line(
                 f"ng.zoomOut needs a per-vertex value traced inside ng.zoomIn, got {value!r}"))
-        if value.scope != "v":
+        if value.scope not in ("v", "inedge", "outedge"):
+            # A neighbour value has no rows of its own: it is one per edge only once it
+            # meets the edge (n.h * e.w) or the vertex (n.h + v.h).
             raise TracingError(at_user_line(
-                f"ng.zoomOut needs a per-vertex value (scope v), but {value!r} has one value "
-                f"per {'edge' if value.scope.endswith('edge') else 'neighbour'} (scope "
-                f"{value.scope}); reduce it first, e.g. sum(...) or ng.mean([...])"))
+                f"ng.zoomOut needs a per-vertex value (scope v) or a per-edge value, but "
+                f"{value!r} has one value per neighbour (scope {value.scope}); reduce it "
+                f"first, e.g. sum(...) or ng.mean([...])"))
         outs.append(ZoomOut(value))
     return outs[0] if len(outs) == 1 else tuple(outs)
 
