@@ -320,6 +320,20 @@ def test_zoom_out_of_an_edge_value_is_an_edge_tensor_in_edge_id_order(transforme
     np.testing.assert_allclose(c, add_at(N, g.dst, a), rtol=1e-12)
 
 
+def test_zoom_out_of_an_edge_value_on_a_graph_without_edges(transformer_factory):
+    """Every block value of the fused group is edge-sized, and there are no edges: the
+    group's workspace is empty but still exists."""
+    g = ng.Graph.from_edges([], [], num_nodes=3)
+    h = ng.placeholder((3, 2), dtype=np.float64, name="h")
+    with ng.zoomIn(g, node_feat=[h]) as v:
+        products = [n.h * v.h for n in v.innbs]
+        total = sum(products)
+    on_edges, node = ng.zoomOut(*products, total)
+    with transformer_factory() as t:
+        a, b = t.computation([on_edges, node], h)(np.ones((3, 2)))
+    assert a.shape == (0, 2) and np.all(b == 0)
+
+
 def test_reductions_need_a_neighbour_list():
     h, _, _, _ = inputs()
     with ng.zoomIn(graph(), node_feat=[h]) as v:

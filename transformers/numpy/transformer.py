@@ -192,7 +192,7 @@ class ModuleWriter:
                  "", "",
                  "def bind(buffers, variables, constants, graphs, ops):"]
         workspace = max((w.workspace_bytes for w in self.writers.values()), default=0)
-        if workspace:
+        if self.writers:    # 0 bytes too: a graph without edges still names its views
             lines.append(f"    workspace = np.empty({workspace}, np.uint8)  "
                          "# the fused groups' block values (fused.py)")
         lines += ["    " + line for line in self.bind_lines]
