@@ -34,6 +34,20 @@ class Layer:
         return var
 
 
+class Linear(Layer):
+    """x W + b, for the dense parts of a model (APPNP's and GCNII's MLPs). x may be a sparse
+    placeholder: the product is then a sparse-dense product."""
+
+    def __init__(self, in_feats, out_feats, bias=True, seed=0, dtype=np.float32):
+        super().__init__(seed, dtype)
+        self.weight = self.glorot("weight", (in_feats, out_feats))
+        self.bias = self.zeros("bias", (out_feats,)) if bias else None
+
+    def __call__(self, x):
+        out = ng.dot(x, self.weight)
+        return out if self.bias is None else out + self.bias
+
+
 def inv_sqrt_degree(degree):
     """degree ** -1/2, and 0 for degree 0 (such a vertex has no edges to weight anyway, so
     0 keeps inf out of the products)."""

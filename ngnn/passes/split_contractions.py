@@ -29,6 +29,8 @@ class SplitContractions(PeepholeGraphPass):
             return
         (m, k), n = a.shape, b.shape[1]
         tiles = -(-m // self.tile) * -(-n // self.tile)
+        if not tiles:       # an empty product (edge rows of a graph without edges)
+            return
         slices = min(-(-self.work_groups // tiles), k // self.min_slice)
         if slices < 2:
             return
