@@ -1,6 +1,6 @@
 """Seed 000's control flow that traces (a for loop over APPNP's hops, conditionals on
 constant hyper-parameters), the data-dependent condition that cannot, and the APPNP and
-GCNII models with their per-parameter weight decay."""
+GCNII models with their per-parameter weight decays."""
 import numpy as np
 import pytest
 
@@ -118,6 +118,13 @@ def test_gcnii_weight_decays_split_convolutions_from_dense_layers():
         nn.GCNII(F, 8, 3, num_layers=0)
 
 
+def test_appnp_decays_only_its_first_layers_weights():
+    model = nn.APPNP(F, 8, 3)
+    names = [name for name, _ in model.named_parameters()]
+    assert dict(zip(names, model.weight_decays(first=5e-3))) == \
+        {"lin1.weight": 5e-3, "lin1.bias": 0.0, "lin2.weight": 0.0, "lin2.bias": 0.0}
+
+
 @pytest.fixture(scope="module")
 def sbm():
     return datasets.synthetic("sbm", 400, 8, 16, 4, seed=3)
@@ -127,7 +134,7 @@ def sbm():
 def test_models_learn_a_block_model(sbm, name):
     if name == "appnp":
         model = nn.APPNP(sbm.num_features, 16, sbm.num_classes, k=5)
-        decay = 5e-4
+        decay = model.weight_decays(first=5e-3)
     else:
         model = nn.GCNII(sbm.num_features, 16, sbm.num_classes, num_layers=4)
         decay = model.weight_decays(conv=0.01, dense=5e-4)

@@ -164,7 +164,8 @@ def _full_graph_only(model, g):
 class APPNP(Model):
     """Klicpera et al. (2019): predict with an MLP (dropout, Linear, ReLU, dropout, Linear),
     then propagate the predictions by K steps of personalised PageRank over A + I
-    (APPNPConv, teleport probability alpha)."""
+    (APPNPConv, teleport probability alpha). The paper regularises only the first layer's
+    weights: pass model.weight_decays(first) to the optimizer."""
     self_loops = True
 
     def __init__(self, in_feats, hidden, num_classes, k=10, alpha=0.1, dropout=0.5, seed=0,
@@ -175,6 +176,12 @@ class APPNP(Model):
         self.layers = [("lin1", Linear(in_feats, hidden, seed=s1, dtype=dtype)),
                        ("lin2", Linear(hidden, num_classes, seed=s2, dtype=dtype)),
                        ("propagate", APPNPConv(k, alpha, dtype=dtype))]
+
+    def weight_decays(self, first):
+        """One weight decay per parameter, in parameters() order: `first` for the first
+        layer's weights, none for the rest."""
+        lin1 = self.layers[0][1]
+        return [first if p is lin1.weight else 0.0 for p in self.parameters()]
 
     def __call__(self, g, x, training=False):
         g = _full_graph_only(self, g)
