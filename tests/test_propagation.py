@@ -145,3 +145,14 @@ def test_models_learn_a_block_model(sbm, name):
     assert trainer.evaluate()["test"] > 0.6        # four balanced classes: chance is 25%
     with pytest.raises(ValueError, match="full graph"):
         model([sbm.graph], ng.placeholder((sbm.num_nodes, sbm.num_features)))
+
+
+@pytest.mark.parametrize("model", [["appnp"], ["gcnii", "--num-layers", "3"]])
+def test_the_command_line_trains_appnp_and_gcnii(capsys, model):
+    from ngnn.cli import main
+    code = main(["train", "--model", *model, "--dataset", "sbm", "--num-nodes", "300",
+                 "--epochs", "3", "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"model {model[0]}: hidden 64" in out
+    assert out.strip().splitlines()[-1].startswith("test accuracy: ")
