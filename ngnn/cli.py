@@ -149,6 +149,8 @@ def cmd_train(args):
         attach_part(args, data)
     print(f"model {args.model}: hidden {args.hidden}" +
           (f" x {args.heads} heads" if args.model == "gat" else "") +
+          (f", {args.num_layers} layers, convolution weight decay {args.conv_weight_decay}"
+           if args.model == "gcnii" else "") +
           f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
           f"up to {args.epochs} epochs" +
           (f" (patience {args.patience})" if args.patience else "") +
