@@ -67,7 +67,7 @@ def mlp(first, second):
                                torch.nn.Linear(*second))
 
 
-# ---- the layers ngnn had before the suite ------------------------------------------------------
+# ---- the layers ngnn had before the suite ----------------------------------------------------
 
 class GCNConv(Case):
     """PyG weights both ends of an edge by in-degree^-1/2, ngnn the source by its out-degree:
@@ -149,7 +149,7 @@ class GatedGCNConv(Case):
         return torch.relu(module.lin(module.conv(x, edge_index)))
 
 
-# ---- attention ---------------------------------------------------------------------------------
+# ---- attention ------------------------------------------------------------------------------
 
 class GATv2Conv(Case):
     attention = True
@@ -210,7 +210,7 @@ class AGNNConv(Case):
         return module(x, edge_index), softmax(logits, dst, num_nodes=x.shape[0])[:, None]
 
 
-# ---- propagation ---------------------------------------------------------------------------------
+# ---- propagation ----------------------------------------------------------------------------
 
 class APPNPConv(Case):
     symmetric = True
@@ -281,7 +281,7 @@ class ChebConv(Case):
         linear("lins.2", bias=False) + [("bias", False)]
 
 
-# ---- edge features, both ends ---------------------------------------------------------------------
+# ---- edge features, both ends --------------------------------------------------------------
 
 class GINEConv(Case):
     edge_dim = 3

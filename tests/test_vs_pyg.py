@@ -3,11 +3,11 @@ weights: the output, and the gradients of a weighted sum of it with respect to t
 features, the edge features and every weight, on each backend.
 
 Graphs: Cora (float32, to 1e-4, with 32 input features: Cora's bag of words times a fixed
-random projection plus a little noise, so every row is dense, nonzero and unique), and in float64 (to 1e-9) a random
-multigraph with self loops, duplicate edges and vertices without in-edges, a star whose hub
-has every other vertex as in- and out-neighbour, and a graph without edges. Tolerances are
-relative to the largest magnitude of the reference array, so an entry near 0 is held to the
-same absolute error as the array's large entries.
+random projection plus a little noise, so every row is dense, nonzero and unique), and in
+float64 (to 1e-9) a random multigraph with self loops, duplicate edges and vertices without
+in-edges, a star whose hub has every other vertex as in- and out-neighbour, and a graph
+without edges. Tolerances are relative to the largest magnitude of the reference array, so
+an entry near 0 is held to the same absolute error as the array's large entries.
 """
 import functools
 
