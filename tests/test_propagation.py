@@ -92,7 +92,7 @@ def test_a_condition_on_a_traced_value_is_still_a_clear_error():
     assert "if ng.sum(total) > 1.0:" in message and "test_propagation.py" in message
 
 
-def test_adam_takes_one_weight_decay_per_parameter():
+def test_optimizers_take_one_weight_decay_per_parameter():
     a = ng.variable((2,), initial_value=np.array([1.0, -1.0]), name="a")
     b = ng.variable((2,), initial_value=np.array([2.0, 0.5]), name="b")
     loss = ng.sum(a * b)
