@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-MODELS = ("gcn", "gat", "sage", "gin")
+MODELS = ("gcn", "gat", "sage", "gin", "appnp", "gcnii")
 SYNTHETIC = ("sbm", "rmat")
 SPARSE_CHOICES = {"auto": None, "on": True, "off": False}
 
@@ -31,11 +31,25 @@ MODEL_DEFAULTS = {
                  patience=None),
     "gin": dict(hidden=64, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200,
                 patience=None),
+    # APPNP: Klicpera et al. 2019 (K = 10, alpha = 0.1; weight decay on the first layer's
+    # weights only); GCNII: Chen et al. 2020 on Cora (64 layers, alpha 0.1, lambda 0.5;
+    # weight decay 0.01 on the convolutions, 5e-4 on the dense layers); both stop early
+    # with patience 100, as their papers do.
+    "appnp": dict(hidden=64, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-3, epochs=2000,
+                  patience=100),
+    "gcnii": dict(hidden=64, heads=1, dropout=0.6, lr=0.01, weight_decay=5e-4, epochs=1500,
+                  patience=100, conv_weight_decay=0.01, num_layers=64),
 }
 
 
-def build_model(name, data, hidden, heads, dropout, seed):
+def build_model(name, data, hidden, heads, dropout, seed, num_layers=None):
     from ngnn import nn
+    if name == "appnp":
+        return nn.APPNP(data.num_features, hidden, data.num_classes, dropout=dropout,
+                        seed=seed)
+    if name == "gcnii":
+        return nn.GCNII(data.num_features, hidden, data.num_classes, num_layers=num_layers,
+                        dropout=dropout, seed=seed)
     if name == "gcn":
         return nn.GCN(data.num_features, hidden, data.num_classes, dropout=dropout, seed=seed)
     if name == "gat":
@@ -74,8 +88,14 @@ def make_trainer(args, data, seed, transformer=None, comm=None):
         transformer = ngt.make_transformer(
             args.backend, wide_accumulation=not getattr(args, "float32_sums", False),
             **options)
-    model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
-    optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed,
+                        getattr(args, "num_layers", None))
+    weight_decay = args.weight_decay
+    if args.model == "gcnii":
+        weight_decay = model.weight_decays(conv=args.conv_weight_decay, dense=weight_decay)
+    elif args.model == "appnp":
+        weight_decay = model.weight_decays(first=weight_decay)
+    optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=weight_decay)
     if getattr(args, "part", None) is not None:
         from ngnn.distributed import DistributedTrainer
         return DistributedTrainer(model, data, args.part, optimizer, backend=args.backend,
@@ -133,6 +153,8 @@ def cmd_train(args):
         attach_part(args, data)
     print(f"model {args.model}: hidden {args.hidden}" +
           (f" x {args.heads} heads" if args.model == "gat" else "") +
+          (f", {args.num_layers} layers, convolution weight decay {args.conv_weight_decay}"
+           if args.model == "gcnii" else "") +
           f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
           f"up to {args.epochs} epochs" +
           (f" (patience {args.patience})" if args.patience else "") +
@@ -656,7 +678,13 @@ def _add_model_options(parser, datasets):
     parser.add_argument("--heads", type=integer(1), help="attention heads of gat's first layer")
     parser.add_argument("--dropout", type=real(0.0, 1.0))
     parser.add_argument("--lr", type=real(0.0, low_open=True))
-    parser.add_argument("--weight-decay", type=real(0.0))
+    parser.add_argument("--weight-decay", type=real(0.0),
+                        help="L2 weight decay (appnp: of the first layer's weights, as its "
+                        "paper; gcnii: of the dense layers)")
+    parser.add_argument("--conv-weight-decay", type=real(0.0),
+                        help="gcnii: weight decay of the convolutions (--weight-decay: of "
+                        "the dense layers)")
+    parser.add_argument("--num-layers", type=integer(1), help="gcnii: convolution layers")
     parser.add_argument("--seed", type=integer(0), default=0,
                         help="seed of the first run; run i uses seed + i")
     parser.add_argument("--no-normalize-features", dest="normalize_features",

@@ -10,6 +10,9 @@ call sees the old values, so the parameter update is written in terms of the new
 expressions, never of the state variables themselves.
 
 Weight decay adds `weight_decay * p` to the gradient (L2, as torch.optim.SGD and Adam do).
+It is one number for every parameter, or a list with one per parameter, as torch's
+parameter groups allow (GCNII decays its convolutions and its dense layers differently:
+`model.weight_decays(conv, dense)`).
 """
 import numpy as np
 
@@ -30,11 +33,14 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}: a parameter is listed twice")
         if lr <= 0:
             raise ValueError(f"{type(self).__name__}: lr must be positive, got {lr}")
-        if weight_decay < 0:
-            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, "
-                             f"got {weight_decay}")
+        decays = np.asarray(weight_decay, dtype=np.float64)
+        if decays.ndim == 0:
+            decays = np.full(len(self.params), decays)
+        if decays.shape != (len(self.params),) or np.any(decays < 0):
+            raise ValueError(f"{type(self).__name__}: weight_decay must be a number >= 0 or "
+                             f"one per parameter ({len(self.params)}), got {weight_decay!r}")
         self.lr = float(lr)
-        self.weight_decay = float(weight_decay)
+        self.weight_decays = [float(d) for d in decays]
         self.state = []          # (name, variable) of the optimizer's own state
 
     def _state_variable(self, name, shape, dtype=np.float32):
@@ -50,8 +56,8 @@ class Optimizer:
         grads = ng.grad(loss, self.params)
         if reduce is not None:
             grads = [reduce(g) for g in grads]
-        if self.weight_decay:
-            grads = [g + self.weight_decay * p for g, p in zip(grads, self.params)]
+        return [g + decay * p if decay else g
+                for g, p, decay in zip(grads, self.params, self.weight_decays)]
         return grads
 
     def updates(self, loss, reduce=None):

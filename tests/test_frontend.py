@@ -326,6 +326,36 @@ def test_zoom_out_needs_a_value_traced_in_zoom_in():
         ng.zoomOut(single)
 
 
+def test_zoom_out_of_an_edge_value_is_an_edge_tensor_in_edge_id_order(transformer_factory):
+    h, w, hv, wv = inputs()
+    g = graph()
+    with ng.zoomIn(g, node_feat=[h], edge_feat=[w]) as v:
+        incoming = [n.h * e.w + v.h for n, e in zip(v.innbs, v.inedges)]
+        outgoing = [n.h - v.h for n in v.outnbs]
+        total = sum(incoming)
+    on_in_edges, on_out_edges, node = ng.zoomOut(*incoming, *outgoing, total)
+    assert on_in_edges.shape == on_out_edges.shape == (E, F) and node.shape == (N, F)
+    with transformer_factory() as t:
+        a, b, c = t.computation([on_in_edges, on_out_edges, node], h, w)(hv, wv)
+    np.testing.assert_allclose(a, hv[g.src] * wv + hv[g.dst], rtol=1e-12)
+    np.testing.assert_allclose(b, hv[g.dst] - hv[g.src], rtol=1e-12)
+    np.testing.assert_allclose(c, add_at(N, g.dst, a), rtol=1e-12)
+
+
+def test_zoom_out_of_an_edge_value_on_a_graph_without_edges(transformer_factory):
+    """Every block value of the fused group is edge-sized, and there are no edges: the
+    group's workspace is empty but still exists."""
+    g = ng.Graph.from_edges([], [], num_nodes=3)
+    h = ng.placeholder((3, 2), dtype=np.float64, name="h")
+    with ng.zoomIn(g, node_feat=[h]) as v:
+        products = [n.h * v.h for n in v.innbs]
+        total = sum(products)
+    on_edges, node = ng.zoomOut(*products, total)
+    with transformer_factory() as t:
+        a, b = t.computation([on_edges, node], h)(np.ones((3, 2)))
+    assert a.shape == (0, 2) and np.all(b == 0)
+
+
 def test_reductions_need_a_neighbour_list():
     h, _, _, _ = inputs()
     with ng.zoomIn(graph(), node_feat=[h]) as v:

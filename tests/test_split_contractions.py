@@ -50,6 +50,17 @@ def test_only_long_products_with_few_output_tiles_are_split():
     assert forward.ir.count("dot(") == 1 and "sum(" not in forward.ir
 
 
+def test_empty_products_are_left_alone():
+    """(0, 3) @ (3, 4), edge features of a graph without edges: no tiles, nothing to split."""
+    e = ng.placeholder((0, 3), name="e")
+    w = ng.placeholder((3, 4), name="w")
+    split = SplitContractions(tile=16, work_groups=512, min_slice=256)
+    with ngt.make_transformer("numpy", passes=[split]) as t:
+        out = t.computation(ng.dot(e, w), e, w)(np.zeros((0, 3), np.float32),
+                                                 np.ones((3, 4), np.float32))
+    assert out.shape == (0, 4)
+
+
 def gemm_work_groups(comp):
     return [int(np.prod(k.global_size) // np.prod(k.local_size))
             for k in comp.executor.kernels if k.template == "gemm.j2"]

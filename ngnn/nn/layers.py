@@ -34,10 +34,29 @@ class Layer:
         return var
 
 
+class Linear(Layer):
+    """x W + b, for the dense parts of a model (APPNP's and GCNII's MLPs). x may be a sparse
+    placeholder: the product is then a sparse-dense product."""
+
+    def __init__(self, in_feats, out_feats, bias=True, seed=0, dtype=np.float32):
+        super().__init__(seed, dtype)
+        self.weight = self.glorot("weight", (in_feats, out_feats))
+        self.bias = self.zeros("bias", (out_feats,)) if bias else None
+
+    def __call__(self, x):
+        out = ng.dot(x, self.weight)
+        return out if self.bias is None else out + self.bias
+
+
 def inv_sqrt_degree(degree):
     """degree ** -1/2, and 0 for degree 0 (such a vertex has no edges to weight anyway, so
     0 keeps inf out of the products)."""
     return ng.minimum(degree, 1.0) / ng.sqrt(ng.maximum(degree, 1.0))
+
+
+def edge_heads(alpha):
+    """An attention's (E, heads, 1) coefficients as (E, heads), PyG's layout."""
+    return ng.reshape(alpha, alpha.shape[:2])
 
 
 class GCNConv(Layer):
@@ -85,7 +104,9 @@ class GATConv(Layer):
         self.attn_r = self.glorot("attn_r", (num_heads, out_feats))
         self.bias = self.zeros("bias", (num_heads, out_feats)) if bias else None
 
-    def __call__(self, g, h, training=False):
+    def __call__(self, g, h, training=False, return_attention=False):
+        """The output node tensor; with return_attention=True, (output, alpha) where alpha
+        (E, num_heads) holds each in-edge's softmax weight (before attention dropout)."""
         heads = (self.num_heads, self.out_feats)
         if training and self.feat_drop:
             # Before zoomIn, so the vertex and its neighbours see one dropped feature
@@ -100,12 +121,15 @@ class GATConv(Layer):
             peak = ng.stop_gradient(max(logits))
             coeff = [ng.exp(x - peak) for x in logits]
             s = sum(coeff)
-            alpha = [c / s for c in coeff]
+            attention = [c / s for c in coeff]
+            alpha = attention
             if training and self.attn_drop:
                 alpha = [ng.dropout(a, self.attn_drop) for a in alpha]
             rst = sum(a * f for a, f in zip(alpha, feat_src))
             if self.bias is not None:
                 rst = rst + self.bias
+        if return_attention:
+            return ng.zoomOut(rst), edge_heads(ng.zoomOut(*attention))
         return ng.zoomOut(rst)
 
 

@@ -1,4 +1,5 @@
-"""Node-classification models built from the layers: GCN, GAT, GraphSAGE and GIN.
+"""Node-classification models built from the layers: GCN, GAT, GraphSAGE, GIN, APPNP and
+GCNII.
 
 A model is called as `model(g, x, training)` and returns the logits node tensor (N, classes).
 `g` is the full graph, or a minibatch's blocks (one graph per layer, ngnn.sampling): then x
@@ -10,7 +11,8 @@ import numpy as np
 
 import ngnn as ng
 
-from .layers import GATConv, GCNConv, GINConv, SAGEConv
+from .layers import GATConv, GCNConv, GINConv, Linear, SAGEConv
+from .propagation import APPNPConv, GCN2Conv
 
 _self_looped = {}
 
@@ -150,3 +152,76 @@ class GIN(Model):
         (_, conv1), (_, conv2) = self.layers
         h = ng.relu(conv1(g1, self._dropout(x, training), training))
         return conv2(g2, self._dropout(h, training), training)
+
+
+def _full_graph_only(model, g):
+    if isinstance(g, (list, tuple)):
+        raise ValueError(f"{type(model).__name__} propagates over the full graph; it does not "
+                         "train from sampled minibatches")
+    return with_self_loops(g)
+
+
+class APPNP(Model):
+    """Klicpera et al. (2019): predict with an MLP (dropout, Linear, ReLU, dropout, Linear),
+    then propagate the predictions by K steps of personalised PageRank over A + I
+    (APPNPConv, teleport probability alpha). The paper regularises only the first layer's
+    weights: pass model.weight_decays(first) to the optimizer."""
+    self_loops = True
+
+    def __init__(self, in_feats, hidden, num_classes, k=10, alpha=0.1, dropout=0.5, seed=0,
+                 dtype=np.float32):
+        super().__init__()
+        s1, s2 = _layer_seeds(seed, 2)
+        self.dropout = dropout
+        self.layers = [("lin1", Linear(in_feats, hidden, seed=s1, dtype=dtype)),
+                       ("lin2", Linear(hidden, num_classes, seed=s2, dtype=dtype)),
+                       ("propagate", APPNPConv(k, alpha, dtype=dtype))]
+
+    def weight_decays(self, first):
+        """One weight decay per parameter, in parameters() order: `first` for the first
+        layer's weights, none for the rest."""
+        lin1 = self.layers[0][1]
+        return [first if p is lin1.weight else 0.0 for p in self.parameters()]
+
+    def __call__(self, g, x, training=False):
+        g = _full_graph_only(self, g)
+        (_, lin1), (_, lin2), (_, propagate) = self.layers
+        h = ng.relu(lin1(self._dropout(x, training)))
+        return propagate(g, lin2(self._dropout(h, training)), training)
+
+
+class GCNII(Model):
+    """Chen et al. (2020), "Simple and deep graph convolutional networks": a Linear layer
+    and ReLU make h0, then `num_layers` GCN2Conv layers (layer l with beta = log(lambda / l
+    + 1), each preceded by dropout and followed by ReLU) over A + I, then dropout and a
+    Linear layer to the classes. The paper decays the convolutions' weights more than the
+    dense layers': pass model.weight_decays(conv, dense) to the optimizer."""
+    self_loops = True
+
+    def __init__(self, in_feats, hidden, num_classes, num_layers=64, alpha=0.1, lamda=0.5,
+                 dropout=0.6, seed=0, dtype=np.float32):
+        super().__init__()
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"GCNII: num_layers must be a positive int, got {num_layers!r}")
+        seeds = _layer_seeds(seed, num_layers + 2)
+        self.dropout = dropout
+        self.layers = [("lin_in", Linear(in_feats, hidden, seed=seeds[0], dtype=dtype))]
+        self.layers += [(f"conv{i}", GCN2Conv(hidden, alpha, theta=lamda, layer=i,
+                                              seed=seeds[i], dtype=dtype))
+                        for i in range(1, num_layers + 1)]
+        self.layers.append(("lin_out", Linear(hidden, num_classes, seed=seeds[-1],
+                                              dtype=dtype)))
+
+    def weight_decays(self, conv, dense):
+        """One weight decay per parameter, in parameters() order: `conv` for the GCN2Conv
+        weights, `dense` for the Linear layers'."""
+        return [conv if isinstance(layer, GCN2Conv) else dense
+                for _, layer in self.layers for _ in layer.parameters()]
+
+    def __call__(self, g, x, training=False):
+        g = _full_graph_only(self, g)
+        (_, lin_in), *convs, (_, lin_out) = self.layers
+        h0 = h = ng.relu(lin_in(self._dropout(x, training)))
+        for _, conv in convs:
+            h = ng.relu(conv(g, self._dropout(h, training), h0, training))
+        return lin_out(self._dropout(h, training))
