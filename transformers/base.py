@@ -469,8 +469,8 @@ class Transformer:
         new = list(dict.fromkeys(new))
         if not new:
             return
-        init = Computation(self, [Assign(v, Constant(v.initial_value)) for v in new], (),
-                           name="init")
+        init = Computation(self, [Assign(v, Constant(v.initial_value, dtype=v.dtype))
+                                  for v in new], (), name="init")
         init.transform()
         init.executor(0)
         self.initialized_variables.update(new)
