@@ -18,7 +18,7 @@ setup(
                               "ngnn.transformers.gpu", "ngnn.transformers.gpu.runtime",
                               "ngnn.templates"],
     package_dir={"ngnn.transformers": "transformers", "ngnn.templates": "templates"},
-    package_data={"ngnn.templates": ["*.j2"], "ngnn.datasets": ["data/*.npz"]},
+    package_data={"ngnn.templates": ["*.j2"], "ngnn.datasets": ["data/*.npz", "data/tu/*.npz"]},
     install_requires=["numpy>=1.24", "scipy>=1.10", "jinja2>=3.0", "multipledispatch>=0.6",
                       "tqdm>=4.60"],
     extras_require={

@@ -8,6 +8,9 @@ from ngnn.datasets.edge_list import load_edge_list
 from ngnn.datasets.embedded import info, load, names
 from ngnn.datasets.interop import from_dgl, from_pyg
 from ngnn.datasets.synthetic import synthetic
+from ngnn.datasets.graph_dataset import GraphDataset
+from ngnn.datasets.tu import graph_names, load_tu, synthetic_graphs
 
 __all__ = ["Dataset", "load", "names", "info", "load_edge_list", "synthetic", "from_pyg",
-           "from_dgl"]
+           "from_dgl",
+           "GraphDataset", "graph_names", "load_tu", "synthetic_graphs"]
