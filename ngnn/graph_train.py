@@ -3,8 +3,8 @@
     trainer = GraphTrainer(nn.GINGraph(data.num_features, 64, data.num_classes), data)
     curve = trainer.fit(train_idx, test_idx, epochs=350)    # test accuracy per epoch
 
-The trainer compiles two computations once, over one GraphLoader slot sized for the
-largest batch of any graphs of the dataset: the training step (loss plus the optimizer's
+The trainer compiles two computations once, over one GraphLoader slot for batches of any
+graphs of the dataset: the training step (loss plus the optimizer's
 assignments, with dropout) and the evaluation logits. Every batch of every epoch and every
 fold reuses them; a fold starts from the variables' initial values again.
 
@@ -23,8 +23,9 @@ from ngnn.sampling.graph_loader import GraphLoader
 
 class GraphTrainer:
     """Trains a graph model (ngnn.nn.GINGraph, GCNGraph) on a GraphDataset in batches of
-    `batch_size` graphs. `optimizer` builds the optimizer from the parameters (default
-    Adam, lr 0.01); `seed` fixes the batch order and the dropout masks."""
+    up to `batch_size` graphs (a GraphLoader's) with Adam (`lr`, `weight_decay`); `seed`
+    fixes the batch order and the dropout masks. Pass `transformer=` to share one, else
+    `backend` names a new one."""
 
     def __init__(self, model, data, batch_size=32, lr=0.01, weight_decay=0.0,
                  backend="numpy", transformer=None, seed=0):
@@ -55,21 +56,16 @@ class GraphTrainer:
 
     def train_epoch(self, indices, epoch):
         """One pass over the graphs `indices` in batches; returns the mean loss per graph."""
-        loader = self.loader
-        total = 0.0
-        order = loader.order(epoch, indices)
-        for start in range(0, order.size, loader.batch_size):
-            ids = order[start:start + loader.batch_size]
-            loader.load(ids)
+        loader, total = self.loader, 0.0
+        for ids in loader.batches(epoch, indices):
             loss = self.train_step(loader.features, loader.labels, loader.mask)[0]
             total += float(loss) * ids.size
-        return total / order.size
+        return total / len(indices)
 
     def predict(self, indices):
         """Logits of the graphs `indices` (no dropout), (len(indices), num_classes)."""
         loader, out = self.loader, []
-        for start in range(0, len(indices), loader.batch_size):
-            ids = np.asarray(indices[start:start + loader.batch_size])
+        for ids in loader.split(np.asarray(indices, dtype=np.int64)):
             loader.load(ids)
             out.append(self.logits(loader.features)[:ids.size])
         return np.concatenate(out)

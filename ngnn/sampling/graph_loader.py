@@ -1,13 +1,20 @@
 """Minibatches of whole graphs, compiled once: GraphLoader and BatchSlot.
 
 A batch of graphs is one block-diagonal graph (Graph.batch) and its readout block; both
-change size from batch to batch. A BatchSlot holds a GraphSlot for each, sized for the
-largest batch the loader can draw (the batch_size largest graphs together), so a
-computation built over the slot serves every batch: loading a batch replaces the slots'
-edges and fills the input rows, and nothing is generated again (seed 004: allocate for the
-worst case). The spare rows are padding: their edges join padding rows only, and the
-readout block sends them to one padding graph, the last row of every readout, which the
-loss masks out.
+change size from batch to batch. A BatchSlot holds a GraphSlot for each, of fixed sizes, so
+a computation built over the slot serves every batch: loading a batch replaces the slots'
+edges and fills the input rows, and nothing is generated again (seed 004: allocate once
+instead of per batch). The spare rows are padding: their edges join padding rows only, and
+the readout block sends them to one padding graph, the last row of every readout, which
+the loss masks out.
+
+Every row of the slot costs a step its dense work whether it holds a vertex or padding, so
+the slot is not sized for the worst batch (the batch_size largest graphs together: 3 to 6
+times an average batch of the TU datasets) but for `slack` times the average batch, and
+at least the largest graph. A batch that would overflow it is cut short and the graphs
+left over start the next batch, so every graph is still seen once per epoch, in the
+shuffled order; `slack=None` sizes the slot for the worst batch instead, and no batch is
+ever cut.
 """
 import numbers
 
@@ -45,17 +52,20 @@ class BatchSlot:
 
 
 class GraphLoader:
-    """Batches of `batch_size` graphs of `dataset` (a GraphDataset), drawn from `indices`
-    (default: every graph), shuffled per epoch by `seed` when `shuffle` (Philox, so the
-    same seed and epoch give the same batches on any machine). `slot` is sized for every
-    batch this loader can give; `self_loops` adds one self loop per vertex at load (GCN)."""
+    """Batches of up to `batch_size` graphs of `dataset` (a GraphDataset), drawn from
+    `indices` (default: every graph), shuffled per epoch by `seed` when `shuffle` (Philox,
+    so the same seed and epoch give the same batches on any machine). `slot` holds a batch
+    of `slack` times the average batch's vertices and edges (see the module docstring);
+    `self_loops` adds one self loop per vertex at load (GCN)."""
 
     def __init__(self, dataset, indices=None, batch_size=32, shuffle=True, seed=0,
-                 self_loops=False):
+                 self_loops=False, slack=1.25):
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or \
                 batch_size < 1:
             raise ValueError(f"GraphLoader: batch_size must be a positive int, got "
                              f"{batch_size!r}")
+        if slack is not None and not (isinstance(slack, numbers.Real) and slack >= 1):
+            raise ValueError(f"GraphLoader: slack must be a number >= 1 or None, got {slack!r}")
         self.dataset = dataset
         self.indices = np.arange(dataset.num_graphs) if indices is None else \
             np.asarray(indices, dtype=np.int64)
@@ -68,19 +78,18 @@ class GraphLoader:
         self.batch_size = int(min(batch_size, self.indices.size))
         self.shuffle, self.seed, self.self_loops = shuffle, seed, self_loops
         b = self.batch_size
-        nodes = int(np.sort(dataset.graph_sizes[self.indices])[::-1][:b].sum())
-        edges = int(np.sort(dataset.edge_counts[self.indices])[::-1][:b].sum())
-        if self_loops:
-            edges += nodes
-        rows = max(nodes, b) + 1
-        self.slot = BatchSlot(rows, edges, b + 1)
+        sizes = dataset.graph_sizes[self.indices]
+        edges = dataset.edge_counts[self.indices] + (sizes if self_loops else 0)
+        self.max_nodes, self.max_edges = (
+            int(np.sort(counts)[::-1][:b].sum()) if slack is None else
+            max(int(np.ceil(slack * b * counts.mean())), int(counts.max()))
+            for counts in (sizes, edges))
+        rows = max(self.max_nodes, b) + 1
+        self.slot = BatchSlot(rows, self.max_edges, b + 1)
         self.features = np.zeros((rows, dataset.num_features), dtype=np.float32)
         self.labels = np.zeros(b + 1, dtype=np.int64)
         self.mask = np.zeros(b + 1, dtype=np.bool_)
         self.filled = 0
-
-    def __len__(self):
-        return -(-self.indices.size // self.batch_size)
 
     def order(self, epoch, indices=None):
         """The graph ids of `epoch` in the order they are batched: of `indices` (a subset
@@ -91,16 +100,43 @@ class GraphLoader:
         rng = np.random.Generator(np.random.Philox(key=[self.seed, epoch]))
         return indices[rng.permutation(indices.size)]
 
-    def batches(self, epoch=0):
-        """Yields the graph ids of each batch of `epoch`, having loaded the batch into
-        `slot`, `features`, `labels` and `mask` (the real graphs' rows)."""
-        order = self.order(epoch)
-        for start in range(0, order.size, self.batch_size):
-            ids = order[start:start + self.batch_size]
+    def split(self, order):
+        """`order` cut into consecutive batches of at most batch_size graphs that fit the
+        slot (a batch ends early where the next graph would overflow it)."""
+        sizes = self.dataset.graph_sizes[order]
+        edges = self.dataset.edge_counts[order] + (sizes if self.self_loops else 0)
+        if sizes.max(initial=0) > self.max_nodes or edges.max(initial=0) > self.max_edges:
+            k = int(np.flatnonzero((sizes > self.max_nodes) | (edges > self.max_edges))[0])
+            raise ValueError(f"GraphLoader: graph {order[k]} ({sizes[k]} nodes, {edges[k]} "
+                             f"edges) does not fit the slot ({self.max_nodes} nodes, "
+                             f"{self.max_edges} edges); build the loader over indices that "
+                             "include it")
+        batches, start = [], 0
+        while start < order.size:
+            # The longest run from `start` within every limit: cumulative sums, no loop
+            # over graphs.
+            stop = min(start + self.batch_size, order.size)
+            nodes = np.cumsum(sizes[start:stop])
+            links = np.cumsum(edges[start:stop])
+            stop = start + int(np.count_nonzero((nodes <= self.max_nodes) &
+                                                (links <= self.max_edges)))
+            batches.append(order[start:stop])
+            start = stop
+        return batches
+
+    def batches(self, epoch=0, indices=None):
+        """Yields the graph ids of each batch of `epoch` (of `indices`, default the
+        loader's), having loaded the batch into `slot`, `features`, `labels` and `mask`
+        (the real graphs' rows)."""
+        for ids in self.split(self.order(epoch, indices)):
             self.load(ids)
             yield ids
 
+    def __len__(self):
+        return len(self.split(self.order(0)))
+
     def load(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
         batch, features = self.dataset.batch(ids)
         self.slot.load(batch, self.self_loops)
         n = batch.num_nodes
