@@ -153,8 +153,9 @@ def accuracy(args):
                 start = time.perf_counter()
                 curves[side].append(fit(train, test, args.epochs))
                 seconds[side] += time.perf_counter() - start
-            print(f"{name} fold {k + 1}/{len(folds)}: ngnn best {100 * curves['ngnn'][-1].max():.1f}, "
-                  f"pyg best {100 * curves['pyg'][-1].max():.1f}", flush=True)
+            best = {side: 100 * c[-1].max() for side, c in curves.items()}
+            print(f"{name} fold {k + 1}/{len(folds)}: ngnn best {best['ngnn']:.1f}, "
+                  f"pyg best {best['pyg']:.1f}", flush=True)
         result = {side: summarize(np.stack(c)) for side, c in curves.items()}
         rows.append((name, result, seconds))
         trainer.transformer.close()
@@ -166,8 +167,8 @@ def accuracy(args):
     for name, result, seconds in rows:
         (eb, em, es), (pb, pm, ps) = result["ngnn"], result["pyg"]
         paper = PAPER.get(name)
-        print(f"{name:12s} {em:7.1f} ± {es:4.1f} @{eb + 1:<3d} {pm:7.1f} ± {ps:4.1f} @{pb + 1:<3d}"
-              f"{em - pm:+10.1f} " +
+        print(f"{name:12s} {em:7.1f} ± {es:4.1f} @{eb + 1:<3d} {pm:7.1f} ± {ps:4.1f} "
+              f"@{pb + 1:<3d}{em - pm:+10.1f} " +
               (f"{paper[0]:6.1f} ± {paper[1]:3.1f} {em - paper[0]:+12.1f}" if paper else
                f"{'':12s} {'':13s}") +
               f" {seconds['ngnn']:6.0f}s / {seconds['pyg']:.0f}s")

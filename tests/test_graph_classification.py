@@ -19,9 +19,10 @@ def synthetic(num_graphs=24, seed=0):
 
 def test_loader_shuffles_deterministically_and_covers_every_graph():
     data = synthetic()
-    loader = GraphLoader(data, indices=np.arange(20), batch_size=6, seed=3)
+    loader = GraphLoader(data, indices=np.arange(20), batch_size=6, seed=3, slack=None)
     first = [ids.copy() for ids in loader.batches(epoch=0)]
-    again = [ids.copy() for ids in GraphLoader(data, np.arange(20), 6, seed=3).batches(0)]
+    again = [ids.copy() for ids in
+             GraphLoader(data, np.arange(20), 6, seed=3, slack=None).batches(0)]
     other = np.concatenate([ids.copy() for ids in loader.batches(epoch=1)])
     assert [len(b) for b in first] == [6, 6, 6, 2] and len(loader) == 4
     for a, b in zip(first, again):
@@ -29,6 +30,20 @@ def test_loader_shuffles_deterministically_and_covers_every_graph():
     np.testing.assert_array_equal(np.sort(np.concatenate(first)), np.arange(20))
     assert not np.array_equal(np.concatenate(first), other)
     np.testing.assert_array_equal(np.sort(other), np.arange(20))
+
+
+def test_a_batch_that_would_overflow_the_slot_is_cut_and_continued():
+    data = synthetic(40)
+    loader = GraphLoader(data, batch_size=8, seed=0, slack=1.0)
+    order = loader.order(0)
+    batches = loader.split(order)
+    np.testing.assert_array_equal(np.concatenate(batches), order)
+    assert max(len(b) for b in batches) <= 8 and len(batches) > 5      # some were cut
+    for ids in loader.batches(0):
+        assert data.graph_sizes[ids].sum() <= loader.max_nodes
+        assert data.edge_counts[ids].sum() <= loader.max_edges
+        np.testing.assert_array_equal(loader.labels[:len(ids)], data.labels[ids])
+        assert loader.mask.sum() == len(ids)
 
 
 def test_loader_rejects_bad_input():
@@ -90,8 +105,7 @@ def test_no_code_generation_after_the_first_batch(transformer_factory):
     trainer = GraphTrainer(gin(data, dtype=np.float32, hidden=4, num_layers=2), data,
                            batch_size=6, transformer=t)
     train, test = np.arange(14), np.arange(14, 20)
-    first = trainer.loader.order(0, train)[:6]
-    trainer.loader.load(first)
+    next(trainer.loader.batches(0, train))
     trainer.train_step(trainer.loader.features, trainer.loader.labels, trainer.loader.mask)
     trainer.predict(test)
     compiled = t.compilations
