@@ -41,11 +41,11 @@ class GraphDataset:
                              f"range [0, {num_classes}) ({bad.size} label(s) out of range)")
         sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
         if isinstance(features, (list, tuple)):
+            if len(features) != len(graphs):
+                raise ValueError(f"{where}: {len(features)} feature arrays for "
+                                 f"{len(graphs)} graphs (one per graph)")
             features = np.concatenate([np.asarray(f, dtype=np.float32).reshape(n, -1)
-                                       for f, n in zip(features, sizes)]) if len(features) \
-                == len(graphs) else None
-            if features is None:
-                raise ValueError(f"{where}: one feature array per graph is needed")
+                                       for f, n in zip(features, sizes)])
         features = np.asarray(features, dtype=np.float32)
         if features.ndim != 2 or features.shape[0] != sizes.sum():
             raise ValueError(f"{where}: features must have one row per node of every graph "
