@@ -156,3 +156,26 @@ def test_readout_rejects_bad_input():
         ng.Graph.batch([])
     with pytest.raises(TypeError, match="item 1 is int"):
         ng.Graph.batch([small_graphs()[0], 3])
+
+
+def test_the_api_md_block_runs_as_written():
+    from ngnn import datasets
+    from ngnn import transformers as ngt
+    g1, g2, g3 = small_graphs((3, 2, 4))
+    # ---- API.md, "Many graphs, readouts and graph classification" (verbatim) ----
+    gb = ng.Graph.batch([g1, g2, g3])       # one block-diagonal graph
+    gb.graph_ids                            # (N,) int64: the graph each node belongs to
+    gb.num_graphs, gb.node_offsets          # offsets: (num_graphs + 1,)
+    gs = gb.unbatch()                       # the graphs again
+    h = ng.placeholder((gb.num_nodes, F), dtype=np.float64)
+    pooled = ng.readout(h, gb, reduce="sum")   # (num_graphs, F); also "mean", "max"; has gradients
+
+    data = datasets.load("mutag")           # a GraphDataset: embedded TU datasets "mutag", ...
+    data.graphs, data.labels, data.num_classes, data.num_features   # labels mapped to 0 .. C-1
+    # ----
+    assert [g.num_nodes for g in gs] == [3, 2, 4] and gb.node_offsets.tolist() == [0, 3, 5, 9]
+    x = np.arange(9 * F, dtype=np.float64).reshape(9, F)
+    with ngt.make_transformer("numpy") as t:
+        np.testing.assert_array_equal(t.computation(pooled, h)(x),
+                                      [x[:3].sum(0), x[3:5].sum(0), x[5:].sum(0)])
+    assert (len(data.graphs), data.num_classes, data.num_features) == (188, 2, 7)
