@@ -20,12 +20,19 @@ from .models import Model, _layer_seeds
 
 
 class Linear(Layer):
-    """x W + b, Glorot-uniform W, zero b."""
+    """x W + b; `init` "glorot" (Glorot-uniform W, zero b) or "fan_in" (PyTorch's default:
+    W and b uniform in +-1/sqrt(in_feats))."""
 
-    def __init__(self, in_feats, out_feats, seed=0, dtype=np.float32):
+    def __init__(self, in_feats, out_feats, seed=0, dtype=np.float32, init="glorot"):
         super().__init__(seed, dtype)
-        self.weight = self.glorot("weight", (in_feats, out_feats))
-        self.bias = self.zeros("bias", (out_feats,))
+        if init not in ("glorot", "fan_in"):
+            raise ValueError(f"Linear: init must be 'glorot' or 'fan_in', got {init!r}")
+        if init == "glorot":
+            self.weight = self.glorot("weight", (in_feats, out_feats))
+            self.bias = self.zeros("bias", (out_feats,))
+        else:
+            self.weight = self.fan_in_uniform("weight", (in_feats, out_feats), in_feats)
+            self.bias = self.fan_in_uniform("bias", (out_feats,), in_feats)
 
     def __call__(self, x):
         return ng.dot(x, self.weight) + self.bias
@@ -35,10 +42,12 @@ class GINGraph(Model):
     """GIN-0 for graphs: `num_layers` layers counting the input (the paper's 5), so
     num_layers - 1 GINConv layers (eps = 0, each MLP Linear-ReLU-Linear, then ReLU), a sum
     readout of every layer's node rows, the input included, and per layer a linear map of
-    its (dropped-out) readout to class scores, summed (the paper's official code)."""
+    its (dropped-out) readout to class scores, summed (the paper's official code). Weights
+    and biases start as the paper's code starts them (`init="fan_in"`, PyTorch's nn.Linear
+    default); "glorot" gives Glorot-uniform weights and zero biases."""
 
     def __init__(self, in_feats, hidden, num_classes, num_layers=5, dropout=0.5, eps=0.0,
-                 readout="sum", seed=0, dtype=np.float32):
+                 readout="sum", seed=0, dtype=np.float32, init="fan_in"):
         super().__init__()
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 2:
             raise ValueError(f"GINGraph: num_layers must be an int >= 2 (the input counts "
@@ -47,10 +56,10 @@ class GINGraph(Model):
         seeds = _layer_seeds(seed, 2 * num_layers - 1)
         widths = [in_feats] + [hidden] * (num_layers - 1)
         self.layers = [(f"conv{i + 1}", GINConv(widths[i], hidden, eps=eps, hidden=hidden,
-                                                seed=seeds[i], dtype=dtype))
+                                                seed=seeds[i], dtype=dtype, init=init))
                        for i in range(num_layers - 1)]
         self.heads = [(f"head{i}", Linear(width, num_classes, seed=seeds[num_layers - 1 + i],
-                                          dtype=dtype))
+                                          dtype=dtype, init=init))
                       for i, width in enumerate(widths)]
         self.layers = self.layers + self.heads
 
