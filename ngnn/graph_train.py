@@ -35,7 +35,8 @@ class GraphTrainer:
         self.loader = GraphLoader(data, batch_size=batch_size, seed=seed,
                                   self_loops=model.self_loops)
         slot = self.loader.slot
-        self.x = ng.placeholder(self.loader.features.shape, name="batch_features")
+        dtype = model.parameters()[0].dtype
+        self.x = ng.placeholder(self.loader.features.shape, dtype=dtype, name="batch_features")
         self.y = ng.placeholder((slot.num_graphs,), dtype=np.int64, name="graph_labels")
         self.mask = ng.placeholder((slot.num_graphs,), dtype=np.bool_, name="graph_mask")
         self.optimizer = optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -58,7 +59,7 @@ class GraphTrainer:
         """One pass over the graphs `indices` in batches; returns the mean loss per graph."""
         loader, total = self.loader, 0.0
         for ids in loader.batches(epoch, indices):
-            loss = self.train_step(loader.features, loader.labels, loader.mask)[0]
+            loss = self.train_step(self.features(), loader.labels, loader.mask)[0]
             total += float(loss) * ids.size
         return total / len(indices)
 
@@ -67,8 +68,12 @@ class GraphTrainer:
         loader, out = self.loader, []
         for ids in loader.split(np.asarray(indices, dtype=np.int64)):
             loader.load(ids)
-            out.append(self.logits(loader.features)[:ids.size])
+            out.append(self.logits(self.features())[:ids.size])
         return np.concatenate(out)
+
+    def features(self):
+        """The loaded batch's feature rows, in the model's dtype."""
+        return self.loader.features.astype(self.x.dtype, copy=False)
 
     def accuracy(self, indices):
         predicted = self.predict(indices).argmax(axis=1)

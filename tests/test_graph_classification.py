@@ -204,3 +204,36 @@ def test_cli_rejects_a_task_that_does_not_fit(capsys, argv, message):
     from ngnn.cli import main
     assert main(["train", "--epochs", "1", "--no-progress"] + argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_training_equals_pyg_on_identical_weights():
+    """Two epochs of GIN-0 (no dropout, batches in the same order) with Adam: the same
+    weights as PyTorch Geometric's GINConv + global_add_pool with torch's Adam."""
+    import torch
+    from torch_geometric.data import Batch, Data
+    data = synthetic(10)
+    model = gin(data, hidden=6)
+    trainer = GraphTrainer(model, data, batch_size=4, lr=0.01)
+    trainer.loader.shuffle = False
+    forward, params = torch_gin(model, [p.initial_value for p in model.parameters()])
+    adam = torch.optim.Adam(params, lr=0.01)
+    for epoch in range(2):
+        for ids in trainer.loader.split(np.arange(10)):
+            gb, x = data.batch(ids)
+            batch = Batch.from_data_list([
+                Data(x=torch.tensor(x[gb.node_offsets[k]:gb.node_offsets[k + 1]],
+                                    dtype=torch.float64),
+                     edge_index=torch.tensor(np.stack([g.src, g.dst])), num_nodes=g.num_nodes)
+                for k, g in enumerate(gb.unbatch())])
+            adam.zero_grad()
+            loss = torch.nn.functional.cross_entropy(
+                forward(batch.x, batch.edge_index, batch.batch), torch.tensor(data.labels[ids]))
+            loss.backward()
+            adam.step()
+        trainer.train_epoch(np.arange(10), epoch)
+    # Within float32 rounding, not 1e-9: ngnn's Adam keeps its step counter and the betas'
+    # powers in float32 (ngnn/optim.py), so its bias correction differs in the 7th digit.
+    for p, q in zip(model.parameters(), params):
+        value = q.detach().numpy()
+        np.testing.assert_allclose(trainer.transformer.variable_value(p),
+                                   value.T if value.ndim == 2 else value, rtol=1e-5, atol=1e-6)
