@@ -17,6 +17,7 @@ from .ops import (abs, aggregate, assign, cast, concat, cross_entropy, dot, drop
 from .ops import binary_cross_entropy_with_logits, softplus
 from .autodiff import grad
 from .graph import Graph
+from .batch import readout
 from .frontend import TracingError
 from .frontend import saga, zoomIn, zoomOut
 

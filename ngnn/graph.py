@@ -147,6 +147,14 @@ class Graph:
         ``num_dst`` to ``num_nodes`` (see the class docstring)."""
         return cls(src, dst, num_nodes, num_dst)
 
+    @staticmethod
+    def batch(graphs):
+        """One block-diagonal graph of `graphs` (a BatchedGraph, ngnn/batch.py): graph k's
+        vertices follow graph k-1's; ``graph_ids``, ``num_graphs``, ``node_offsets``,
+        ``edge_offsets`` and ``unbatch()`` tell them apart again."""
+        from ngnn.batch import BatchedGraph
+        return BatchedGraph(graphs)
+
     @classmethod
     def from_scipy(cls, matrix):
         """Graph with an edge ``i -> j`` for every stored nonzero ``(i, j)`` of a square matrix.

@@ -9,7 +9,9 @@ from ngnn.datasets.embedded import info, load, names
 from ngnn.datasets.interop import from_dgl, from_pyg
 from ngnn.datasets.link_split import LinkSplit, link_split
 from ngnn.datasets.synthetic import synthetic
+from ngnn.datasets.graph_dataset import GraphDataset
+from ngnn.datasets.tu import graph_names, load_tu, synthetic_graphs
 
 __all__ = ["Dataset", "load", "names", "info", "load_edge_list", "synthetic", "from_pyg",
-           "from_dgl"]
-__all__ += ["LinkSplit", "link_split"]
+           "from_dgl", "LinkSplit", "link_split",
+           "GraphDataset", "graph_names", "load_tu", "synthetic_graphs"]

@@ -49,10 +49,14 @@ def _read_arrays(path):
 
 def load(name):
     """Loads an embedded dataset by name (case-insensitive) or an .npz file by path.
+    The TU graph-classification names ("mutag", "proteins", ...) give a GraphDataset.
 
     The file must hold the arrays src, dst (int64 (E,)), x (float (N, F)), y (int (N,)) and
     boolean train_mask, val_mask, test_mask (N,); see docs/datasets.md.
     """
+    from ngnn.datasets.tu import EMBEDDED, load_graphs
+    if isinstance(name, str) and name.lower().replace("-", "_") in EMBEDDED:
+        return load_graphs(name)        # a graph-classification dataset (ngnn/datasets/tu.py)
     display, path = _resolve(name)
     arrays = _read_arrays(path)
     missing = [key for key in REQUIRED_KEYS if key not in arrays]

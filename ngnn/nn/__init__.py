@@ -4,4 +4,5 @@ from .attention import AGNNConv, GATv2Conv, TransformerConv  # noqa: F401
 from .edge_features import EdgeConv, GINEConv, PNAConv, degree_histogram  # noqa: F401
 from .propagation import APPNPConv, ChebConv, GCN2Conv, SGConv  # noqa: F401
 from .models import APPNP, GAT, GCN, GCNII, GIN, GraphSAGE, Model  # noqa: F401
+from .graph_models import GCNGraph, GINGraph  # noqa: F401
 from .link import DotDecoder, LinkPredictor, MLPDecoder  # noqa: F401

@@ -24,6 +24,12 @@ class Layer:
         limit = np.sqrt(6.0 / (fan_in + fan_out))
         return self.variable(name, shape, self.rng.uniform(-limit, limit, shape))
 
+    def fan_in_uniform(self, name, shape, fan_in):
+        """U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for nn.Linear's weight and
+        bias (what the GIN paper's code trains from)."""
+        limit = 1.0 / np.sqrt(fan_in)
+        return self.variable(name, shape, self.rng.uniform(-limit, limit, shape))
+
     def zeros(self, name, shape):
         return self.variable(name, shape, np.zeros(shape))
 
@@ -35,13 +41,22 @@ class Layer:
 
 
 class Linear(Layer):
-    """x W + b, for the dense parts of a model (APPNP's and GCNII's MLPs). x may be a sparse
-    placeholder: the product is then a sparse-dense product."""
+    """x W + b, for the dense parts of a model (APPNP's and GCNII's MLPs, GIN-0's heads). x
+    may be a sparse placeholder: the product is then a sparse-dense product. `init`
+    "glorot" (Glorot-uniform W, zero b) or "fan_in" (PyTorch's nn.Linear default: W and b
+    uniform in +-1/sqrt(in_feats))."""
 
-    def __init__(self, in_feats, out_feats, bias=True, seed=0, dtype=np.float32):
+    def __init__(self, in_feats, out_feats, bias=True, seed=0, dtype=np.float32,
+                 init="glorot"):
         super().__init__(seed, dtype)
-        self.weight = self.glorot("weight", (in_feats, out_feats))
-        self.bias = self.zeros("bias", (out_feats,)) if bias else None
+        if init not in ("glorot", "fan_in"):
+            raise ValueError(f"Linear: init must be 'glorot' or 'fan_in', got {init!r}")
+        if init == "glorot":
+            self.weight = self.glorot("weight", (in_feats, out_feats))
+            self.bias = self.zeros("bias", (out_feats,)) if bias else None
+        else:
+            self.weight = self.fan_in_uniform("weight", (in_feats, out_feats), in_feats)
+            self.bias = self.fan_in_uniform("bias", (out_feats,), in_feats) if bias else None
 
     def __call__(self, x):
         out = ng.dot(x, self.weight)
@@ -157,16 +172,27 @@ class SAGEConv(Layer):
 
 class GINConv(Layer):
     """Graph isomorphism network layer: MLP((1 + eps) h + sum of in-neighbours' h), with
-    MLP = Linear(in, hidden) - ReLU - Linear(hidden, out); hidden defaults to out_feats."""
+    MLP = Linear(in, hidden) - ReLU - Linear(hidden, out); hidden defaults to out_feats.
+    `init` "glorot" (Glorot-uniform weights, zero biases) or "fan_in" (PyTorch's
+    nn.Linear default, weights and biases alike)."""
 
-    def __init__(self, in_feats, out_feats, eps=0.0, hidden=None, seed=0, dtype=np.float32):
+    def __init__(self, in_feats, out_feats, eps=0.0, hidden=None, seed=0, dtype=np.float32,
+                 init="glorot"):
         super().__init__(seed, dtype)
         hidden = out_feats if hidden is None else hidden
         self.eps = float(eps)
-        self.w1 = self.glorot("w1", (in_feats, hidden))
-        self.b1 = self.zeros("b1", (hidden,))
-        self.w2 = self.glorot("w2", (hidden, out_feats))
-        self.b2 = self.zeros("b2", (out_feats,))
+        if init == "glorot":
+            self.w1 = self.glorot("w1", (in_feats, hidden))
+            self.b1 = self.zeros("b1", (hidden,))
+            self.w2 = self.glorot("w2", (hidden, out_feats))
+            self.b2 = self.zeros("b2", (out_feats,))
+        elif init == "fan_in":
+            self.w1 = self.fan_in_uniform("w1", (in_feats, hidden), in_feats)
+            self.b1 = self.fan_in_uniform("b1", (hidden,), in_feats)
+            self.w2 = self.fan_in_uniform("w2", (hidden, out_feats), hidden)
+            self.b2 = self.fan_in_uniform("b2", (out_feats,), hidden)
+        else:
+            raise ValueError(f"GINConv: init must be 'glorot' or 'fan_in', got {init!r}")
 
     def __call__(self, g, h, training=False):
         with ng.zoomIn(g, node_feat={"h": h}) as v:

@@ -1,0 +1,80 @@
+"""Graph-classification models: GIN-0 (Xu et al. 2019) and a mean-readout GCN baseline.
+
+A graph model is called as `model(g, x, batch, training)`: `g` the graph messages pass over
+(a BatchedGraph, or a loader slot's `graph`), `x` its node features, `batch` what
+ng.readout pools over (the BatchedGraph itself, or the BatchSlot); it returns the logits,
+one row per graph of the batch.
+
+ngnn has no batch normalization, so GIN's MLPs are Linear-ReLU-Linear followed by ReLU,
+without the paper's batch norm; benchmarks/graph_classification_vs_pyg.py compares with
+PyTorch Geometric's GIN of exactly this architecture on the same folds. Without batch norm
+a graph's logits do not depend on the other graphs of its batch, so a batched step is the
+sum of per-graph steps (tests/test_graph_classification.py).
+"""
+import numpy as np
+
+import ngnn as ng
+
+from .layers import GCNConv, GINConv, Linear
+from .models import Model, _layer_seeds
+
+
+class GINGraph(Model):
+    """GIN-0 for graphs: `num_layers` layers counting the input (the paper's 5), so
+    num_layers - 1 GINConv layers (eps = 0, each MLP Linear-ReLU-Linear, then ReLU), a sum
+    readout of every layer's node rows, the input included, and per layer a linear map of
+    its (dropped-out) readout to class scores, summed (the paper's official code). Weights
+    and biases start as the paper's code starts them (`init="fan_in"`, PyTorch's nn.Linear
+    default); "glorot" gives Glorot-uniform weights and zero biases."""
+
+    def __init__(self, in_feats, hidden, num_classes, num_layers=5, dropout=0.5, eps=0.0,
+                 readout="sum", seed=0, dtype=np.float32, init="fan_in"):
+        super().__init__()
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 2:
+            raise ValueError(f"GINGraph: num_layers must be an int >= 2 (the input counts "
+                             f"as one), got {num_layers!r}")
+        self.dropout, self.readout = dropout, readout
+        seeds = _layer_seeds(seed, 2 * num_layers - 1)
+        widths = [in_feats] + [hidden] * (num_layers - 1)
+        self.layers = [(f"conv{i + 1}", GINConv(widths[i], hidden, eps=eps, hidden=hidden,
+                                                seed=seeds[i], dtype=dtype, init=init))
+                       for i in range(num_layers - 1)]
+        self.heads = [(f"head{i}", Linear(width, num_classes, seed=seeds[num_layers - 1 + i],
+                                          dtype=dtype, init=init))
+                      for i, width in enumerate(widths)]
+        self.layers = self.layers + self.heads
+
+    def __call__(self, g, x, batch, training=False):
+        convs = [conv for name, conv in self.layers if name.startswith("conv")]
+        h, states = x, [x]
+        for conv in convs:
+            h = ng.relu(conv(g, h, training))
+            states.append(h)
+        scores = [head(self._dropout(ng.readout(s, batch, self.readout), training))
+                  for (_, head), s in zip(self.heads, states)]
+        return sum(scores[1:], scores[0])
+
+
+class GCNGraph(Model):
+    """The baseline: `num_layers` GCNConv layers over A + I with ReLU, a mean readout of the
+    last, dropout, and a linear map to class scores."""
+    self_loops = True
+
+    def __init__(self, in_feats, hidden, num_classes, num_layers=3, dropout=0.5, seed=0,
+                 dtype=np.float32):
+        super().__init__()
+        seeds = _layer_seeds(seed, num_layers + 1)
+        widths = [in_feats] + [hidden] * num_layers
+        self.dropout = dropout
+        self.layers = [(f"conv{i + 1}", GCNConv(widths[i], hidden, seed=seeds[i], dtype=dtype))
+                       for i in range(num_layers)]
+        self.layers.append(("head", Linear(hidden, num_classes, seed=seeds[-1], dtype=dtype)))
+
+    def __call__(self, g, x, batch, training=False):
+        """`g` must carry one self loop per vertex already (GraphLoader(self_loops=True), or
+        g.with_self_loops() of a BatchedGraph)."""
+        h = x
+        for _, conv in self.layers[:-1]:
+            h = ng.relu(conv(g, h, training))
+        pooled = self._dropout(ng.readout(h, batch, "mean"), training)
+        return self.layers[-1][1](pooled)
