@@ -279,6 +279,24 @@ class Block:
         var = self.declare(np.int32, flat, "i")
         return (yield self.value_steps(op, unravel(var, op.shape)))
 
+    def reshaped_steps(self, op, coords):
+        """A reshape's argument at the coordinates `coords` map to. Leading axes the two
+        shapes share keep their coordinates (row-major order: the rest's offset does not
+        depend on them), so an edge or vertex index reaches the argument as the same
+        variable and a gather by a loop's own end is still seen as the loop's vertex;
+        only the remaining axes go through a flat offset."""
+        (x,) = op.args
+        shared = 0
+        while shared < min(x.ndim, op.ndim) - 1 and x.shape[shared] == op.shape[shared]:
+            shared += 1
+        if shared == 0 or self.params.is_stored(x):
+            return (yield self.value_at_flat_steps(x, flat_index(coords, op.shape)))
+        flat = flat_index(coords[shared:], op.shape[shared:])
+        rest = x.shape[shared:]
+        # Inlined, not declared: a value hoisted out of an edge loop may need these.
+        inner = unravel(flat if flat == "0" else f"({flat})", rest)
+        return (yield self.value_steps(x, tuple(coords[:shared]) + tuple(inner)))
+
     def load(self, op, flat):
         return self.declare(op.dtype, f"{self.params.tensor(op)}[{flat}]")
 
@@ -321,7 +339,7 @@ class Block:
                                       else f"{k.start} + ({k.step}) * ({c})")
             return (yield self.value_steps(op.args[0], arg_coords))
         if isinstance(op, Reshape):
-            return (yield self.value_at_flat_steps(op.args[0], flat_index(coords, op.shape)))
+            return (yield self.reshaped_steps(op, coords))
         if isinstance(op, Gather):
             (x,) = op.args
             loop = self._loop_of(coords[0])
