@@ -30,15 +30,17 @@ WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
 ROW_GROUP = 128
+CHUNKS_PER_GROUP = 2      # a partial kernel's work-group walks about as many edges as others
 
 
-def row_launch(rows, row_size):
-    """Global and local sizes of the templates that give each vertex (or sparse row) a row
-    of work-items across its features and loop over its edges: as many rows per
-    work-group as fill ROW_GROUP work-items, so narrow rows (one value per head, one
-    feature) still fill the GPU's warps; a row past `rows` returns at once."""
+def row_launch(rows, row_size, most_rows=ROW_GROUP):
+    """Global and local sizes of the templates that give each sparse row (or chunk of a
+    heavy row's edges) a row of work-items across its features and loop over its values:
+    as many rows per work-group as fill ROW_GROUP work-items, up to `most_rows`, so narrow
+    rows (one value per head, one feature) still fill the GPU's warps; a row past `rows`
+    returns at once."""
     local = pow2_at_most(row_size, FEATURE_THREADS)
-    per_group = max(1, ROW_GROUP // local)
+    per_group = max(1, min(ROW_GROUP // local, most_rows))
     return (local, round_up(rows, per_group)), (local, per_group)
 
 
@@ -283,7 +285,7 @@ class GPUKernelGenerator(TypeDispatched):
                        for name in ("chunk_row", "chunk_start", "chunk_end")})
         (op,) = reduction.key[:1]
         return self.kernel(op, "partial.j2", fields, params,
-                           *row_launch(buffer.shape[0], reduction.size),
+                           *row_launch(buffer.shape[0], reduction.size, CHUNKS_PER_GROUP),
                            partials=buffer, walk=(schedule, "partial"))
 
     @generate.on_type(Communication)
