@@ -118,6 +118,11 @@ def broadcast_coords(coords, arg_shape, shape):
     return ["0" if dim == 1 else coords[lead + i] for i, dim in enumerate(arg_shape)]
 
 
+class ReadAcrossWorkGroups(Exception):
+    """An output of a kernel is read where another work-group may write it: the outputs
+    need kernels of their own."""
+
+
 class KernelParams:
     """The parameters one kernel needs: stored tensors it reads, graph index arrays, and
     whether it needs the call number (`step`, for dropout masks)."""
@@ -131,12 +136,17 @@ class KernelParams:
         self.sparse_arrays = {}   # (sparse placeholder, part) -> C name
         self.scratch = {}         # ChunkPartials -> C name
         self.partial_kernels = None   # the generator's: (EdgeReduction, params) -> ChunkPartials
+        self.partial_computed = computed  # what this kernel's partial kernels compute
+        self.written = {}         # op -> C name of its output, for a kernel of several outputs
+        self.vertex = None        # the vertex of the output element being computed
         self.uses_step = False
         self.uses_double = False
         self.counter = 0
 
     def tensor(self, op):
         base = self.plan.base(op)
+        if base in self.written:
+            return self.written[base]
         if base not in self.tensors:
             # Prefixed so no tensor name can shadow a C function such as exp or max.
             self.tensors[base] = self.namer(f"in_{sanitize(base.name or base.op_name)}")
@@ -144,6 +154,13 @@ class KernelParams:
 
     def is_stored(self, op):
         return op not in self.computed
+
+    def check_read(self, op, vertex):
+        """A kernel of several outputs reads one it wrote earlier (after a barrier) only at
+        the vertex of the element it computes, which its own work-group wrote."""
+        base = self.plan.base(op)
+        if base in self.written and (op is not base or vertex != self.vertex):
+            raise ReadAcrossWorkGroups(op)
 
     def graph_array(self, graph, attribute):
         key = (graph, attribute)
@@ -289,6 +306,7 @@ class Block:
             if isinstance(op, Constant) and op.is_scalar:
                 found = literal(op.value, op.dtype)
             elif self.params.is_stored(op):
+                self.params.check_read(op, coords[0] if coords else None)
                 found = self.load(op, flat_index(coords, op.shape))
             else:
                 found = yield self.compute_steps(op, coords)
@@ -298,6 +316,7 @@ class Block:
     def value_at_flat_steps(self, op, flat):
         """`op` at row-major offset `flat`: a stored op is loaded there directly."""
         if self.params.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
+            self.params.check_read(op, None)
             return self.load(op, flat)
         var = self.declare(np.int32, flat, "i")
         return (yield self.value_steps(op, unravel(var, op.shape)))

@@ -6,6 +6,8 @@ the ops the kernel plan inlines are computed in registers, and ElementWiseKernel
 evaluable per element, plus everything inlined into it) is the default. A kernel of a
 fused group is named after it (`fusedGraph3_sum`).
 """
+from collections import namedtuple
+
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
@@ -18,8 +20,8 @@ from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph.sparse import sparse_source
 from ngnn.passes import KernelGroup
 
-from .expressions import (Block, KernelParams, broadcast_coords, ctype, evaluate, extreme,
-                          flat_index, keeps_nan, literal, unravel)
+from .expressions import (Block, KernelParams, ReadAcrossWorkGroups, broadcast_coords, ctype,
+                          evaluate, extreme, flat_index, keeps_nan, literal, unravel)
 from .runtime import template_environment
 from .schedule import edge_schedule
 
@@ -75,13 +77,15 @@ class GPUKernel:
     launch geometry, and `bindings`, what each parameter is bound to at launch:
     ("out", op), ("tensor", op), ("graph", graph, attribute) (a graph's or its edge
     schedule's index array), ("sparse", placeholder, part), ("scratch", ChunkPartials) or
-    ("step",). A partial kernel's output is its ChunkPartials (`partials`); `walk` is
-    the edge schedule its work-groups follow and how ("vertex", "edge" or "partial")."""
+    ("step",). A kernel writes `outputs` (a per-vertex kernel of a group may write
+    several); a partial kernel's output is its ChunkPartials (`partials`); `walk` is the
+    edge schedule its work-groups follow and how ("vertex", "edge" or "partial")."""
 
     def __init__(self, name, op, template, fields, params, global_size, local_size,
-                 partials=None, walk=None):
+                 partials=None, walk=None, outputs=None):
         self.name = name
         self.op = op
+        self.outputs = [] if partials else list(outputs or [op])
         self.template = template
         self.fields = fields
         self.inputs = list(params.tensors)
@@ -89,13 +93,16 @@ class GPUKernel:
         self.walk = walk
         out_dtype = partials.dtype if partials else op.dtype
         self.uses_double = params.uses_double or out_dtype == np.float64
-        self.bindings = [("scratch", partials) if partials else ("out", op)] + \
+        self.bindings = ([("scratch", partials)] if partials else
+                         [("out", o) for o in self.outputs]) + \
             [("tensor", t) for t in params.tensors] + \
             [("graph", g, attr) for g, attr in params.graph_arrays] + \
             [("sparse", p, part) for p, part in params.sparse_arrays] + \
             [("scratch", b) for b in params.scratch] + \
             ([("step",)] if params.uses_step else [])
         decls = [f"GLOBAL {ctype(out_dtype)}* RESTRICT out"]
+        decls += [f"GLOBAL {ctype(o.dtype)}* RESTRICT {params.written[o]}"
+                  for o in self.outputs[1:]]
         decls += [f"GLOBAL const {ctype(t.dtype)}* RESTRICT {name}"
                   for t, name in params.tensors.items()]
         decls += [f"GLOBAL const int* RESTRICT {name}" for name in params.graph_arrays.values()]
@@ -122,7 +129,7 @@ class GPUKernel:
                           for kind, graph, attribute in
                           (b for b in self.bindings if b[0] == "graph"))
         scratch_bytes = sum(b[1].nbytes for b in self.bindings if b[0] == "scratch")
-        out_bytes = 0 if self.partials else self.op.nbytes
+        out_bytes = sum(o.nbytes for o in self.outputs)
         return out_bytes + sum(t.nbytes for t in self.inputs) + graph_bytes + scratch_bytes
 
     def edges_per_work_group(self):
@@ -175,6 +182,10 @@ class HostStep:
 
 
 generate = on_type
+RowLoop = namedtuple("RowLoop", "row body")     # one output's loop in vertex_rows.j2
+# Ops the generator gives a template of their own (everything else is element-wise).
+OWN_TEMPLATES = (Communication, Concat, Unslice, Reduction, Softmax, Dot, SparseDot,
+                 SparseTransposedDot, EdgeSoftmax)
 
 
 class GPUKernelGenerator(TypeDispatched):
@@ -185,15 +196,49 @@ class GPUKernelGenerator(TypeDispatched):
         self.partial_buffers = {}     # (reduction key, graph, at, inlined ops) -> ChunkPartials
         self.pending = []             # partial kernels the next kernel reads
 
-    def kernels_for(self, root, step):
-        """The kernel writing `root`, computing what `step` (a KernelGroup, or the root op
-        alone) inlines, after the partial kernels it reads (launched first)."""
+    def kernels_for(self, step, roots):
+        """The kernels writing `roots`, computing what `step` (a KernelGroup, or the root
+        op alone) inlines, each after the partial kernels it reads. A group's consecutive
+        per-vertex outputs share one kernel, one loop over the schedule's rows each."""
         self.step = step
         group = step.group if isinstance(step, KernelGroup) else None
-        if group is not None and root.scope == "e" and not isinstance(root, EdgeSoftmax):
-            kernel = self.edge_rows(root, group.graph, group.at)
-        else:
-            kernel = self.generate(root)
+        kernels, run = [], []
+        for root in list(roots) + [None]:
+            if root is not None and group is not None and self.per_vertex(root, group):
+                run.append(root)
+                continue
+            if run:
+                kernels += self.vertex_rows_of(run, group.graph, group.at)
+                run = []
+            if root is None:
+                break
+            if group is not None and root.scope == "e" and not isinstance(root, EdgeSoftmax):
+                kernel = self.edge_rows(root, group.graph, group.at)
+            else:
+                kernel = self.generate(root)
+            kernels, self.pending = kernels + self.pending + [kernel], []
+        return kernels
+
+    @staticmethod
+    def per_vertex(op, group):
+        """Whether a group's output is a per-vertex value computed element by element (the
+        ops with templates of their own are not)."""
+        return op.scope == "n" and op.ndim and op.shape[0] == group.graph.num_nodes and \
+            not isinstance(op, OWN_TEMPLATES)
+
+    def vertex_rows_of(self, ops, graph, at):
+        """One kernel writing `ops`, or, where one reads another at a vertex another
+        work-group owns, one kernel each."""
+        pending, buffers = list(self.pending), dict(self.partial_buffers)
+        try:
+            kernel = self.vertex_rows(ops, graph, at)
+        except ReadAcrossWorkGroups:
+            self.pending, self.partial_buffers = pending, buffers
+            kernels = []
+            for op in ops:
+                kernel = self.vertex_rows([op], graph, at)
+                kernels, self.pending = kernels + self.pending + [kernel], []
+            return kernels
         kernels, self.pending = self.pending + [kernel], []
         return kernels
 
@@ -213,21 +258,32 @@ class GPUKernelGenerator(TypeDispatched):
         name = self.namer(f"{prefix}{infix}_{sanitize(op.name or op.op_name)}")
         return GPUKernel(name, op, template, fields, params, global_size, local_size, **kinds)
 
-    def vertex_rows(self, op, graph, at):
-        """A per-vertex root (an aggregation, node ops over one) over the rows of the
-        graph's edge schedule."""
+    def vertex_rows(self, ops, graph, at):
+        """Per-vertex roots (aggregations, node ops over them) over the rows of the graph's
+        edge schedule, one loop per root; a root reads one written before it (after a
+        barrier) at its own vertex only, which its work-group wrote."""
         schedule = edge_schedule(graph, at)
         params = self.params()
-        block = Block(params, indent="        ")
-        value = block.compute(op, unravel("gid", op.shape))
-        block.emit(f"out[gid] = {value};")
-        row = int(np.prod(op.shape[1:], dtype=np.int64))
-        fields = {"group_rows": params.graph_array(schedule, "group_rows"), "row": row,
-                  "body": block.text()}
+        outs = ["out"] + [params.namer("out") for _ in ops[1:]]
+        if len(ops) > 1:
+            params.written = dict(zip(ops, outs))
+            # Partial kernels run before this one: they compute its outputs themselves.
+            params.partial_computed = set(params.computed) | set(ops)
+        parts = []
+        for op, out in zip(ops, outs):
+            block = Block(params, indent="        ")
+            coords = unravel("gid", op.shape)
+            params.vertex = coords[0]
+            value = block.compute(op, coords)
+            block.emit(f"{out}[gid] = {value};")
+            parts.append(RowLoop(int(np.prod(op.shape[1:], dtype=np.int64)), block.text()))
+        fields = {"group_rows": params.graph_array(schedule, "group_rows"),
+                  "parts": tuple(parts)}
         groups = schedule.num_groups
-        local = pow2_at_most(max(1, row * op.shape[0] // max(groups, 1)), ROW_GROUP)
-        return self.kernel(op, "vertex_rows.j2", fields, params, (groups * local,), (local,),
-                           walk=(schedule, "vertex"))
+        row = max(part.row for part in parts)
+        local = pow2_at_most(max(1, row * graph.num_nodes // max(groups, 1)), ROW_GROUP)
+        return self.kernel(ops[0], "vertex_rows.j2", fields, params, (groups * local,),
+                           (local,), walk=(schedule, "vertex"), outputs=ops)
 
     def edge_rows(self, op, graph, at):
         """An edge root (a group's stored edge value, an edge softmax) from loops over each
@@ -259,12 +315,12 @@ class GPUKernelGenerator(TypeDispatched):
         """The partials of `reduction` over its schedule's chunks, for a kernel computing
         the ops `params` computes: made, with the partial kernel writing them, on the
         first request."""
-        key = (reduction.key, reduction.graph, reduction.at, id(params.computed))
+        key = (reduction.key, reduction.graph, reduction.at, id(params.partial_computed))
         if key not in self.partial_buffers:
             schedule = edge_schedule(reduction.graph, reduction.at)
             buffer = ChunkPartials(reduction, schedule)
             self.partial_buffers[key] = buffer
-            self.pending.append(self.partial_kernel(buffer, params.computed))
+            self.pending.append(self.partial_kernel(buffer, params.partial_computed))
         return self.partial_buffers[key]
 
     def partial_kernel(self, buffer, computed):
@@ -294,10 +350,6 @@ class GPUKernelGenerator(TypeDispatched):
 
     @generate.on_type(Op)
     def generate(self, op):
-        group = self.step.group if isinstance(self.step, KernelGroup) else None
-        if group is not None and op.scope == "n" and op.ndim and \
-                op.shape[0] == group.graph.num_nodes:
-            return self.vertex_rows(op, group.graph, group.at)
         params = self.params()
         block = Block(params)
         value = block.compute(op, unravel("gid", op.shape))
@@ -475,7 +527,7 @@ class GPUKernelGenerator(TypeDispatched):
 
     @generate.on_type(Aggregate)
     def generate(self, op):
-        return self.vertex_rows(op, op.graph, op.at)
+        return self.vertex_rows([op], op.graph, op.at)
 
     @generate.on_type(EdgeSoftmax)
     def generate(self, op):

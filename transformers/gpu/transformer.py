@@ -421,8 +421,8 @@ class GPUTransformer(Transformer):
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
         generator = GPUKernelGenerator(plan)
-        kernels = [k for step in plan.steps for root in kernel_roots(step)
-                   for k in generator.kernels_for(root, step)]
+        kernels = [k for step in plan.steps
+                   for k in generator.kernels_for(step, kernel_roots(step))]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
         memory = computation.memory_plan
         now = not computation.transient      # else allocated when resident
@@ -475,17 +475,16 @@ class GPUTransformer(Transformer):
                 continue
             if not all(k.global_size):
                 continue              # an empty tensor: nothing to compute
-            checks = []
-            if k.partials is not None:
-                pass            # scratch, not the op's value: nothing to check yet
-            elif k.op in computed_labels:
-                checks.append(functools.partial(
-                    lambda out, classes: check_labels(out.get(), classes),
-                    tensor_of(k.op), computed_labels[k.op]))
-            if self.debug_nans and k.partials is None:
-                checks.append(functools.partial(check_output, k.op, tensor_of(k.op),
-                                                [None if a.is_sparse else tensor_of(a)
-                                                 for a in k.op.args]))
+            checks = []         # of the ops a kernel writes (a partial kernel: none)
+            for op in k.outputs:
+                if op in computed_labels:
+                    checks.append(functools.partial(
+                        lambda out, classes: check_labels(out.get(), classes),
+                        tensor_of(op), computed_labels[op]))
+                if self.debug_nans:
+                    checks.append(functools.partial(check_output, op, tensor_of(op),
+                                                    [None if a.is_sparse else tensor_of(a)
+                                                     for a in op.args]))
             bound = []
             for binding in k.bindings:
                 if binding[0] in ("out", "tensor"):
