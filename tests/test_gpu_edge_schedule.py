@@ -124,7 +124,7 @@ def test_schedule_covers_every_edge_once_in_balanced_work_groups(at):
     assert heavy.any() and not heavy.all()
     # Chunks: a heavy row's edges exactly, in order, at most CHUNK each; light rows none.
     assert np.array_equal(np.diff(s.row_chunks) > 0, heavy)
-    assert np.all(s.chunk_end - s.chunk_start <= CHUNK)
+    assert np.all(s.chunk_end - s.chunk_start <= np.maximum(CHUNK, np.sqrt(degrees[s.chunk_row]) + 1))
     assert np.all(s.chunk_end > s.chunk_start)
     rows = np.flatnonzero(heavy)
     assert np.array_equal(s.chunk_start[s.row_chunks[rows]], indptr[rows])
@@ -155,6 +155,9 @@ def test_schedule_is_kept_with_the_graph_and_a_slot_keeps_its_sizes():
         assert {n: getattr(schedule, n).shape for n in EdgeSchedule.ARRAYS} == sizes
         assert schedule.row_chunks[1] - schedule.row_chunks[0] == \
             -(-leaves // CHUNK) * (leaves > CHUNK)
+    # A hub gets at most sqrt(degree) chunks: folding them costs what walking one does.
+    hub = edge_schedule(star(HUB), "dst")
+    assert hub.row_chunks[1] == -(-HUB // int(np.ceil(np.sqrt(HUB))))
 
 
 # ---- linear work ---------------------------------------------------------------------------

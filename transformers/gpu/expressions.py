@@ -440,16 +440,14 @@ class Block:
         heavy = None
         schedule = edge_schedule(reduction.graph, reduction.at)
         if schedule.has_heavy_rows:
+            # The partial kernel left the row's value, its partials folded in chunk
+            # order, in the row's first chunk.
             partials = self.params.partials(reduction)
             row_chunks = self.params.graph_array(schedule, "row_chunks")
-            c = self.params.fresh("c")
             feature = flat_index(rest, reduction.features)
             heavy = (f"{row_chunks}[{vertex} + 1] > {row_chunks}[{vertex}]",
-                     [f"for (int {c} = {row_chunks}[{vertex}]; {c} < {row_chunks}[{vertex} + 1]; "
-                      f"++{c}) {{",
-                      "    " + reduction.fold(
-                          acc, f"{partials}[{c} * {reduction.size} + {feature}]"),
-                      "}"])
+                     [f"{acc} = {partials}[{row_chunks}[{vertex}] * {reduction.size} + "
+                      f"{feature}];"])
         close(heavy)
         final = f"{acc} / ({t})({end} - {start})" if reduction.reduce == "mean" else acc
         result = self.declare(reduction.dtype,

@@ -67,9 +67,24 @@ class ChunkPartials:
         self.dtype = reduction.dtype
         self.shape = (max(schedule.num_chunks, 1), reduction.size)
         self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+        self.arrivals = ChunkArrivals(self)
 
     def __repr__(self):
-        return f"<ChunkPartials {self.reduction.key} {self.shape}>"
+        return f"<ChunkPartials {self.reduction.key[0]} {self.shape}>"
+
+
+class ChunkArrivals:
+    """Per heavy row (at its first chunk), how many of a partial kernel's work-groups have
+    written their partials: zero between launches (the last one resets it)."""
+
+    def __init__(self, partials):
+        self.partials = partials
+        self.dtype = np.dtype(np.int32)
+        self.shape = (partials.shape[0],)
+        self.nbytes = 4 * partials.shape[0]
+
+    def __repr__(self):
+        return f"<ChunkArrivals of {self.partials}>"
 
 
 class GPUKernel:
@@ -93,14 +108,15 @@ class GPUKernel:
         self.walk = walk
         out_dtype = partials.dtype if partials else op.dtype
         self.uses_double = params.uses_double or out_dtype == np.float64
-        self.bindings = ([("scratch", partials)] if partials else
-                         [("out", o) for o in self.outputs]) + \
+        self.bindings = ([("scratch", partials), ("scratch", partials.arrivals)] if partials
+                         else [("out", o) for o in self.outputs]) + \
             [("tensor", t) for t in params.tensors] + \
             [("graph", g, attr) for g, attr in params.graph_arrays] + \
             [("sparse", p, part) for p, part in params.sparse_arrays] + \
             [("scratch", b) for b in params.scratch] + \
             ([("step",)] if params.uses_step else [])
         decls = [f"GLOBAL {ctype(out_dtype)}* RESTRICT out"]
+        decls += ["GLOBAL int* RESTRICT arrivals"] if partials else []
         decls += [f"GLOBAL {ctype(o.dtype)}* RESTRICT {params.written[o]}"
                   for o in self.outputs[1:]]
         decls += [f"GLOBAL const {ctype(t.dtype)}* RESTRICT {name}"
@@ -336,9 +352,11 @@ class GPUKernelGenerator(TypeDispatched):
         params.note_dtype(reduction.dtype)
         fields = {"eids": eids, "features": reduction.size, "chunks": buffer.shape[0],
                   "hoisted": hoisted.text(), "edge_compute": block.text(), "acc_type": t,
-                  "init": reduction.identity(), "fold": reduction.fold("acc", f"(({t}){value})")}
+                  "init": reduction.identity(), "fold": reduction.fold("acc", f"(({t}){value})"),
+                  "fold_partial": reduction.fold("acc", f"out[c * {reduction.size} + f]"),
+                  "per_group": CHUNKS_PER_GROUP}
         fields.update({name: params.graph_array(schedule, name)
-                       for name in ("chunk_row", "chunk_start", "chunk_end")})
+                       for name in ("chunk_row", "chunk_start", "chunk_end", "row_chunks")})
         (op,) = reduction.key[:1]
         return self.kernel(op, "partial.j2", fields, params,
                            *row_launch(buffer.shape[0], reduction.size, CHUNKS_PER_GROUP),

@@ -6,10 +6,11 @@ while the rest of the device idles. An `EdgeSchedule` (one per graph, CSR direct
 chunk size, computed once with NumPy and uploaded with the graph's index arrays) cuts the
 work so that every work-group walks about the same number of edges:
 
-- a *heavy* row (more than `chunk` edges) is cut into chunks of at most `chunk` edges,
-  nearly equal; a reduction over its edges runs as a partial kernel, one partial per
-  chunk, and the reader folds the partials in chunk order (deterministic: no float
-  atomics, the same order on every run);
+- a *heavy* row (more than `chunk` edges) is cut into nearly equal chunks of at most
+  `chunk` edges (at most sqrt(degree) chunks for a row of more than `chunk ** 2`); a
+  reduction over its edges runs as a partial kernel, one partial per chunk, and the
+  reader folds the partials in chunk order (deterministic: no float atomics, the same
+  order on every run);
 - light rows are packed, consecutive in vertex order, into work-groups of about
   `2 * chunk` edges (a heavy row costs one per partial it folds there);
 - a kernel writing one value per edge walks light rows in those groups and heavy rows in
@@ -88,7 +89,11 @@ class EdgeSchedule:
         degrees = np.diff(indptr)
         chunk, group = self.chunk, 2 * self.chunk
         heavy = degrees > chunk
-        chunks = np.where(heavy, -(-degrees // chunk), 0)
+        # At most sqrt(degree) chunks: every chunk of a reduction that needs the row's
+        # value of another one folds that one's partials, so folding costs no more than
+        # walking the chunk, and a hub's work stays linear in its degree.
+        size = np.maximum(chunk, np.ceil(np.sqrt(degrees)).astype(np.int64))
+        chunks = np.where(heavy, -(-degrees // size), 0)
         row_chunks = np.concatenate([[0], np.cumsum(chunks)])
         chunk_row, chunk_start, chunk_end = split_rows(indptr, chunks)
         pieces = np.where(heavy, -(-degrees // group), 0)

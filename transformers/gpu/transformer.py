@@ -23,7 +23,7 @@ from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning, SplitContrac
 
 from ..base import Computation, DeviceBufferStorage, DeviceTensor, Transformer, buffer_holding
 from ..debug_nans import check_finite
-from .kernels import GEMM_TILE, GPUKernelGenerator, HostStep
+from .kernels import GEMM_TILE, ChunkArrivals, GPUKernelGenerator, HostStep
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 from .schedule import EdgeSchedule
 
@@ -391,7 +391,7 @@ class GPUTransformer(Transformer):
         graphs = {b[1:] for k in kernels for b in k.bindings if b[0] == "graph"}
         requests += [(f"the graph's {attribute}", 4 * np.asarray(getattr(graph, attribute)).size)
                      for graph, attribute in graphs if (graph, attribute) not in self.graph_tensors]
-        requests += [(f"partials of {b[1].reduction.key[0]}", b[1].nbytes)
+        requests += [(f"scratch {b[1]}", b[1].nbytes)
                      for k in kernels for b in k.bindings if b[0] == "scratch"]
         return requests
 
@@ -438,9 +438,11 @@ class GPUTransformer(Transformer):
         transient = buffers + [t.storage for t in placeholders.values()
                                if isinstance(t, GPUDeviceTensor)]
         # The partial results of heavy rows' chunks, one buffer per reduction.
-        scratch = {b[1]: new_tensor(self, b[1].shape, b[1].dtype, "partials", allocate=now)
+        scratch = {b[1]: new_tensor(self, b[1].shape, b[1].dtype, "partials")
                    for k in kernels for b in k.bindings if b[0] == "scratch"}
-        transient += [t.storage for t in scratch.values()]
+        for buffer, tensor in scratch.items():
+            if isinstance(buffer, ChunkArrivals):
+                tensor.set(np.zeros(buffer.shape, np.int32))    # counts start at zero
         for storage in buffers if now else []:
             storage.allocate()
 
