@@ -49,10 +49,9 @@ def test_rows_follow_the_launches_and_the_graph():
         for row, kernel in walks:
             edges = edges_per_work_group(kernel)
             assert row["max_edges"] == edges.max() and row["mean_edges"] == edges.mean()
-            if "rows" in kernel.fields:           # a row per vertex: each edge walked once
-                assert edges.sum() == g.num_edges
-        # One work-group holds the centre and walks its 600 in-edges.
-        assert max(row["max_edges"] for row, _ in walks) >= 600
+        # The edge schedule cuts the centre's 600 in-edges into chunks: no work-group walks
+        # them all (docs/gpu_transformer.md, "The edge schedule: ...").
+        assert 0 < max(row["max_edges"] for row, _ in walks) < 600
         dense = [row for row in rows if row["max_edges"] is None]
         assert dense and all(row["mean_edges"] is None for row in dense)
 

@@ -44,8 +44,16 @@ def representative_computations(t):
     loss = ng.sum(ng.aggregate(e, g, reduce="sum")) + ng.sum(ng.softmax(x))
     xs = ng.placeholder((5, 4), sparse=True, name="xs")
     sparse_loss = ng.sum(ng.tanh(ng.dot(ng.dropout(xs, 0.5), w)))
+    # A hub heavier than the schedule's chunks: partial kernels and heavy-row paths.
+    hub = ng.Graph.from_edges(np.arange(1, 301), np.zeros(300, np.int64), num_nodes=301)
+    hx = ng.placeholder((301, 4), name="hx")
+    scores = ng.sum(ng.gather(hx, hub, by="src") * ng.gather(hx, hub, by="dst"), axis=-1,
+                    keepdims=True)
+    weights = ng.edge_softmax(hub, scores)
+    hub_loss = ng.sum(ng.aggregate(ng.gather(hx, hub) * weights, hub, reduce="max"))
     return [t.computation(results, x, labels, d), t.computation(ng.grad(loss, [w, x]), x),
-            t.computation([sparse_loss, ng.grad(sparse_loss, w)], xs)]
+            t.computation([sparse_loss, ng.grad(sparse_loss, w)], xs),
+            t.computation([weights, hub_loss, ng.grad(hub_loss, hx)], hx)]
 
 
 def test_every_generated_kernel_compiles_with_nvcc():

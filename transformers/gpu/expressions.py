@@ -17,6 +17,8 @@ from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, Dropout, EdgeSo
                            ElementWise, Gather, Max, Mean, Min, OneHot, Reduction, Reshape, Slice,
                            Transpose)
 
+from .schedule import edge_schedule
+
 CTYPES = {"float32": "float", "float64": "double", "int8": "char", "int16": "short",
           "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort",
           "uint32": "uint", "uint64": "ulong", "bool": "uchar"}
@@ -116,6 +118,11 @@ def broadcast_coords(coords, arg_shape, shape):
     return ["0" if dim == 1 else coords[lead + i] for i, dim in enumerate(arg_shape)]
 
 
+class ReadAcrossWorkGroups(Exception):
+    """An output of a kernel is read where another work-group may write it: the outputs
+    need kernels of their own."""
+
+
 class KernelParams:
     """The parameters one kernel needs: stored tensors it reads, graph index arrays, and
     whether it needs the call number (`step`, for dropout masks)."""
@@ -127,12 +134,19 @@ class KernelParams:
         self.tensors = {}         # base op -> C name
         self.graph_arrays = {}    # (graph, attribute) -> C name
         self.sparse_arrays = {}   # (sparse placeholder, part) -> C name
+        self.scratch = {}         # ChunkPartials -> C name
+        self.partial_kernels = None   # the generator's: (EdgeReduction, params) -> ChunkPartials
+        self.partial_computed = computed  # what this kernel's partial kernels compute
+        self.written = {}         # op -> C name of its output, for a kernel of several outputs
+        self.vertex = None        # the vertex of the output element being computed
         self.uses_step = False
         self.uses_double = False
         self.counter = 0
 
     def tensor(self, op):
         base = self.plan.base(op)
+        if base in self.written:
+            return self.written[base]
         if base not in self.tensors:
             # Prefixed so no tensor name can shadow a C function such as exp or max.
             self.tensors[base] = self.namer(f"in_{sanitize(base.name or base.op_name)}")
@@ -140,6 +154,13 @@ class KernelParams:
 
     def is_stored(self, op):
         return op not in self.computed
+
+    def check_read(self, op, vertex):
+        """A kernel of several outputs reads one it wrote earlier (after a barrier) only at
+        the vertex of the element it computes, which its own work-group wrote."""
+        base = self.plan.base(op)
+        if base in self.written and (op is not base or vertex != self.vertex):
+            raise ReadAcrossWorkGroups(op)
 
     def graph_array(self, graph, attribute):
         key = (graph, attribute)
@@ -153,6 +174,14 @@ class KernelParams:
         if key not in self.sparse_arrays:
             self.sparse_arrays[key] = self.namer(f"sparse_{part}")
         return self.sparse_arrays[key]
+
+    def partials(self, reduction):
+        """The C name of the partials of `reduction` over the heavy rows' chunks, which a
+        partial kernel launched before this kernel writes."""
+        buffer = self.partial_kernels(reduction, self)
+        if buffer not in self.scratch:
+            self.scratch[buffer] = self.namer("partials")
+        return self.scratch[buffer]
 
     def fresh(self, prefix="v"):
         self.counter += 1
@@ -217,10 +246,21 @@ class Block:
         body.loop = (eid, graph, at, vertex, pre)
         header = f"for (int {k} = {start}; {k} < {end}; ++{k}) {{"
 
-        def close():
+        def close(heavy=None):
+            """Emits the loop; `heavy` = (condition, statements) runs those instead of it
+            where the condition holds (a heavy row folds its chunks' partials)."""
             if pre is not self:
                 self.lines.extend(pre.lines)
                 self.cache.update(pre.cache)
+            if heavy:
+                condition, statements = heavy
+                self.emit(f"if ({condition}) {{")
+                self.lines.extend("    " + line for line in statements)
+                self.emit("} else {")
+                self.lines.extend("    " + line for line in
+                                  [header] + ["    " + b for b in body.lines] + ["}"])
+                self.emit("}")
+                return
             self.emit(header)
             self.nest(body)
             self.emit("}")
@@ -266,6 +306,7 @@ class Block:
             if isinstance(op, Constant) and op.is_scalar:
                 found = literal(op.value, op.dtype)
             elif self.params.is_stored(op):
+                self.params.check_read(op, coords[0] if coords else None)
                 found = self.load(op, flat_index(coords, op.shape))
             else:
                 found = yield self.compute_steps(op, coords)
@@ -275,9 +316,28 @@ class Block:
     def value_at_flat_steps(self, op, flat):
         """`op` at row-major offset `flat`: a stored op is loaded there directly."""
         if self.params.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
+            self.params.check_read(op, None)
             return self.load(op, flat)
         var = self.declare(np.int32, flat, "i")
         return (yield self.value_steps(op, unravel(var, op.shape)))
+
+    def reshaped_steps(self, op, coords):
+        """A reshape's argument at the coordinates `coords` map to. Leading axes the two
+        shapes share keep their coordinates (row-major order: the rest's offset does not
+        depend on them), so an edge or vertex index reaches the argument as the same
+        variable and a gather by a loop's own end is still seen as the loop's vertex;
+        only the remaining axes go through a flat offset."""
+        (x,) = op.args
+        shared = 0
+        while shared < min(x.ndim, op.ndim) - 1 and x.shape[shared] == op.shape[shared]:
+            shared += 1
+        if shared == 0 or self.params.is_stored(x):
+            return (yield self.value_at_flat_steps(x, flat_index(coords, op.shape)))
+        flat = flat_index(coords[shared:], op.shape[shared:])
+        rest = x.shape[shared:]
+        # Inlined, not declared: a value hoisted out of an edge loop may need these.
+        inner = unravel(flat if flat == "0" else f"({flat})", rest)
+        return (yield self.value_steps(x, tuple(coords[:shared]) + tuple(inner)))
 
     def load(self, op, flat):
         return self.declare(op.dtype, f"{self.params.tensor(op)}[{flat}]")
@@ -321,7 +381,7 @@ class Block:
                                       else f"{k.start} + ({k.step}) * ({c})")
             return (yield self.value_steps(op.args[0], arg_coords))
         if isinstance(op, Reshape):
-            return (yield self.value_at_flat_steps(op.args[0], flat_index(coords, op.shape)))
+            return (yield self.reshaped_steps(op, coords))
         if isinstance(op, Gather):
             (x,) = op.args
             loop = self._loop_of(coords[0])
@@ -356,21 +416,44 @@ class Block:
     def aggregate_steps(self, op, coords):
         """seed 000's aggInit / aggCompute / aggWrite: a loop over the vertex's edges with
         the edge values computed in registers (edgeCompute)."""
-        t = ctype(op.dtype)
+        return (yield self.edge_reduction_steps(EdgeReduction.of_aggregate(op), coords[0],
+                                                coords[1:]))
+
+    def edge_reduction_steps(self, reduction, vertex, rest):
+        """`reduction` (an EdgeReduction) of `vertex`'s edges at feature coordinates
+        `rest`: a loop over the edges, or, for a heavy row of the graph's schedule, a fold
+        of its chunks' partials in chunk order (computed by a partial kernel before this
+        one). Computed once per block and coordinates."""
+        key = ("edge reduction", reduction.key, vertex, tuple(rest))
+        found = self._lookup(key)
+        if found is not None:
+            return found
+        t = ctype(reduction.dtype)
         acc = self.params.fresh("acc")
-        best = ">" if op.reduce == "max" else "<"
-        init = extreme(op.dtype, largest=op.reduce == "min") \
-            if op.reduce in ("max", "min") else literal(0, op.dtype)
         pre = Block(self.params, self, self.indent)
-        pre.emit(f"{t} {acc} = {init};")
-        body, eid, (start, end), close = self.edge_loop(op.graph, op.at, coords[0], pre)
-        edge_value = yield body.value_steps(op.args[0], (eid,) + coords[1:])
-        x = f"(({t}){edge_value})"
-        body.emit(f"{acc} = {keeps_nan(x, best, acc)};" if op.reduce in ("max", "min")
-                  else f"{acc} += {x};")
-        close()
-        final = f"{acc} / ({t})({end} - {start})" if op.reduce == "mean" else acc
-        return self.declare(op.dtype, f"{end} > {start} ? {final} : {literal(0, op.dtype)}")
+        self.params.note_dtype(reduction.dtype)
+        pre.emit(f"{t} {acc} = {reduction.identity()};")
+        body, eid, (start, end), close = self.edge_loop(reduction.graph, reduction.at,
+                                                        vertex, pre)
+        value = yield reduction.edge_steps(body, eid, vertex, rest)
+        body.emit(reduction.fold(acc, f"(({t}){value})"))
+        heavy = None
+        schedule = edge_schedule(reduction.graph, reduction.at)
+        if schedule.has_heavy_rows:
+            # The partial kernel left the row's value, its partials folded in chunk
+            # order, in the row's first chunk.
+            partials = self.params.partials(reduction)
+            row_chunks = self.params.graph_array(schedule, "row_chunks")
+            feature = flat_index(rest, reduction.features)
+            heavy = (f"{row_chunks}[{vertex} + 1] > {row_chunks}[{vertex}]",
+                     [f"{acc} = {partials}[{row_chunks}[{vertex}] * {reduction.size} + "
+                      f"{feature}];"])
+        close(heavy)
+        final = f"{acc} / ({t})({end} - {start})" if reduction.reduce == "mean" else acc
+        result = self.declare(reduction.dtype,
+                              f"{end} > {start} ? {final} : {literal(0, reduction.dtype)}")
+        self.cache[key] = result
+        return result
 
     def reduction_steps(self, op, coords):
         """A row-wise reduction in registers: a loop over the reduced coordinates (the
@@ -406,37 +489,20 @@ class Block:
         return acc
 
     def edge_softmax_steps(self, op, coords):
-        """exp(x - max) / sum over the edges of the edge's vertex. Inside an aggregation's
-        loop over the same vertex the max and sum are computed once, before that loop."""
+        """exp(x - max) / sum over the edges of the edge's vertex. Inside a loop over the
+        same vertex's edges the max and sum are computed once, before that loop."""
         eid, rest = coords[0], coords[1:]
         loop = self._loop_of(eid)
         if loop and loop[1] is op.graph and loop[2] == op.at and self.hoistable(loop, rest):
             vertex, outer = loop[3], loop[4]
         else:
             vertex, outer = self.end_vertex(op.graph, op.at, eid), self
-        key = ("softmax statistics", op, vertex, rest)
-        stats = outer._lookup(key)
-        if stats is None:
-            stats = yield outer.softmax_statistics_steps(op, vertex, rest)
-            outer.cache[key] = stats
+        peak, total = EdgeReduction.softmax_statistics(op)
+        peak = yield outer.edge_reduction_steps(peak, vertex, rest)
+        total = yield outer.edge_reduction_steps(total, vertex, rest)
         x = yield self.value_steps(op.args[0], coords)
         t = ctype(op.dtype)
-        return self.declare(op.dtype, f"exp(({t}){x} - {stats[0]}) / ({t}){stats[1]}")
-
-    def softmax_statistics_steps(self, op, vertex, rest):
-        t = ctype(op.dtype)
-        peak, total = self.params.fresh("peak"), self.params.fresh("total")
-        self.emit(f"{t} {peak} = {extreme(op.dtype, largest=False)};")
-        self.params.note_dtype(np.float64)      # the denominator, summed wide
-        self.emit(f"double {total} = 0;")
-        for update in (f"{peak} = {{x}} > {peak} ? {{x}} : {peak};",
-                       f"{total} += exp({{x}} - {peak});"):
-            body, eid, _, close = self.edge_loop(op.graph, op.at, vertex)
-            edge_value = yield body.value_steps(op.args[0], (eid,) + rest)
-            x = f"(({t}){edge_value})"
-            body.emit(update.format(x=x))
-            close()
-        return peak, total
+        return self.declare(op.dtype, f"exp(({t}){x} - {peak}) / ({t}){total}")
 
     def mask_position(self, op, coords):
         """The element's dropout position: row-major, or for a dropout keyed by row ids
@@ -458,6 +524,53 @@ class Block:
         t = ctype(op.dtype)
         scaled = f"(({t}){x} * {literal(philox.keep_scale(op.rate, op.dtype), op.dtype)})"
         return self.declare(op.dtype, f"{scaled} * ({t}){keep}")
+
+
+class EdgeReduction:
+    """A reduction over each vertex's edges, computed inline: `key` names it (one partial
+    kernel per key), `edge_steps(body, eid, vertex, rest)` is the steps computing the
+    edge's value inside a loop `body` over `vertex`'s edges, at feature coordinates `rest`
+    of `features`; sums, means, maxima and minima fold in `dtype`."""
+
+    def __init__(self, key, graph, at, reduce, dtype, features, edge_steps):
+        self.key, self.graph, self.at, self.reduce = key, graph, at, reduce
+        self.dtype, self.features, self.edge_steps = np.dtype(dtype), tuple(features), edge_steps
+        self.size = int(np.prod(self.features, dtype=np.int64))
+
+    @classmethod
+    def of_aggregate(cls, op):
+        def edge_steps(body, eid, vertex, rest):
+            return (yield body.value_steps(op.args[0], (eid,) + tuple(rest)))
+        return cls((op,), op.graph, op.at, op.reduce, op.dtype, op.shape[1:], edge_steps)
+
+    @classmethod
+    def softmax_statistics(cls, op):
+        """An edge softmax's per-vertex max and sum of exp(x - max) (in double, rounded
+        once: ngnn.passes.WideAccumulation)."""
+        t = ctype(op.dtype)
+        x = op.args[0]
+
+        def value(body, eid, vertex, rest):
+            return (yield body.value_steps(x, (eid,) + tuple(rest)))
+        peak = cls((op, "max"), op.graph, op.at, "max", op.dtype, op.shape[1:], value)
+
+        def shifted(body, eid, vertex, rest):
+            top = yield body.loop[4].edge_reduction_steps(peak, vertex, rest)
+            edge = yield body.value_steps(x, (eid,) + tuple(rest))
+            return f"exp(({t}){edge} - {top})"
+        total = cls((op, "sum"), op.graph, op.at, "sum", np.float64, op.shape[1:], shifted)
+        return peak, total
+
+    def identity(self):
+        if self.reduce in ("max", "min"):
+            return extreme(self.dtype, largest=self.reduce == "min")
+        return literal(0, self.dtype)
+
+    def fold(self, acc, x):
+        """The C statement folding `x` into `acc` (NaN wins a max or min, as in NumPy)."""
+        if self.reduce in ("max", "min"):
+            return f"{acc} = {keeps_nan(x, '>' if self.reduce == 'max' else '<', acc)};"
+        return f"{acc} += {x};"
 
 
 def evaluate(steps):

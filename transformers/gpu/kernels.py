@@ -6,6 +6,8 @@ the ops the kernel plan inlines are computed in registers, and ElementWiseKernel
 evaluable per element, plus everything inlined into it) is the default. A kernel of a
 fused group is named after it (`fusedGraph3_sum`).
 """
+from collections import namedtuple
+
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
@@ -18,26 +20,29 @@ from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph.sparse import sparse_source
 from ngnn.passes import KernelGroup
 
-from .expressions import (Block, KernelParams, broadcast_coords, ctype, extreme, flat_index,
-                          keeps_nan, literal, unravel)
+from .expressions import (Block, KernelParams, ReadAcrossWorkGroups, broadcast_coords, ctype,
+                          evaluate, extreme, flat_index, keeps_nan, literal, unravel)
 from .runtime import template_environment
+from .schedule import edge_schedule
 
 PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softmax",
-            "gemm.j2": "gemm", "aggregate.j2": "agg", "edge_softmax.j2": "edge_softmax",
-            "edge_map.j2": "edge", "sparse_dot.j2": "spmm"}
+            "gemm.j2": "gemm", "vertex_rows.j2": "agg", "edge_rows.j2": "edge",
+            "partial.j2": "partial", "sparse_dot.j2": "spmm"}
 WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
 ROW_GROUP = 128
+CHUNKS_PER_GROUP = 2      # a partial kernel's work-group walks about as many edges as others
 
 
-def row_launch(rows, row_size):
-    """Global and local sizes of the templates that give each vertex (or sparse row) a row
-    of work-items across its features and loop over its edges: as many rows per
-    work-group as fill ROW_GROUP work-items, so narrow rows (one value per head, one
-    feature) still fill the GPU's warps; a row past `rows` returns at once."""
+def row_launch(rows, row_size, most_rows=ROW_GROUP):
+    """Global and local sizes of the templates that give each sparse row (or chunk of a
+    heavy row's edges) a row of work-items across its features and loop over its values:
+    as many rows per work-group as fill ROW_GROUP work-items, up to `most_rows`, so narrow
+    rows (one value per head, one feature) still fill the GPU's warps; a row past `rows`
+    returns at once."""
     local = pow2_at_most(row_size, FEATURE_THREADS)
-    per_group = max(1, ROW_GROUP // local)
+    per_group = max(1, min(ROW_GROUP // local, most_rows))
     return (local, round_up(rows, per_group)), (local, per_group)
 
 
@@ -53,29 +58,74 @@ def round_up(n, step):
     return -(-n // step) * step
 
 
+class ChunkPartials:
+    """The scratch buffer of a reduction's partial results over the heavy rows' chunks of
+    an edge schedule: one row of `size` values (`dtype`) per chunk."""
+
+    def __init__(self, reduction, schedule):
+        self.reduction, self.schedule = reduction, schedule
+        self.dtype = reduction.dtype
+        self.shape = (max(schedule.num_chunks, 1), reduction.size)
+        self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+        self.arrivals = ChunkArrivals(self)
+
+    def __repr__(self):
+        return f"<ChunkPartials {self.reduction.key[0]} {self.shape}>"
+
+
+class ChunkArrivals:
+    """Per heavy row (at its first chunk), how many of a partial kernel's work-groups have
+    written their partials: zero between launches (the last one resets it)."""
+
+    def __init__(self, partials):
+        self.partials = partials
+        self.dtype = np.dtype(np.int32)
+        self.shape = (partials.shape[0],)
+        self.nbytes = 4 * partials.shape[0]
+
+    def __repr__(self):
+        return f"<ChunkArrivals of {self.partials}>"
+
+
 class GPUKernel:
     """A kernel of a computation: template and fields to render it in either dialect, the
     launch geometry, and `bindings`, what each parameter is bound to at launch:
-    ("out", op), ("tensor", op), ("graph", graph, attribute), ("sparse", placeholder, part)
-    or ("step",)."""
+    ("out", op), ("tensor", op), ("graph", graph, attribute) (a graph's or its edge
+    schedule's index array), ("sparse", placeholder, part), ("scratch", ChunkPartials) or
+    ("step",). A kernel writes `outputs` (a per-vertex kernel of a group may write
+    several); a partial kernel's output is its ChunkPartials (`partials`); `walk` is the
+    edge schedule its work-groups follow and how ("vertex", "edge" or "partial")."""
 
-    def __init__(self, name, op, template, fields, params, global_size, local_size):
+    def __init__(self, name, op, template, fields, params, global_size, local_size,
+                 partials=None, walk=None, outputs=None):
         self.name = name
         self.op = op
+        self.outputs = [] if partials else list(outputs or [op])
         self.template = template
         self.fields = fields
         self.inputs = list(params.tensors)
-        self.uses_double = params.uses_double or op.dtype == np.float64
-        self.bindings = [("out", op)] + [("tensor", t) for t in params.tensors] + \
+        self.partials = partials
+        self.walk = walk
+        out_dtype = partials.dtype if partials else op.dtype
+        self.uses_double = params.uses_double or out_dtype == np.float64
+        self.bindings = ([("scratch", partials), ("scratch", partials.arrivals)] if partials
+                         else [("out", o) for o in self.outputs]) + \
+            [("tensor", t) for t in params.tensors] + \
             [("graph", g, attr) for g, attr in params.graph_arrays] + \
             [("sparse", p, part) for p, part in params.sparse_arrays] + \
+            [("scratch", b) for b in params.scratch] + \
             ([("step",)] if params.uses_step else [])
-        decls = [f"GLOBAL {ctype(op.dtype)}* RESTRICT out"]
+        decls = [f"GLOBAL {ctype(out_dtype)}* RESTRICT out"]
+        decls += ["GLOBAL int* RESTRICT arrivals"] if partials else []
+        decls += [f"GLOBAL {ctype(o.dtype)}* RESTRICT {params.written[o]}"
+                  for o in self.outputs[1:]]
         decls += [f"GLOBAL const {ctype(t.dtype)}* RESTRICT {name}"
                   for t, name in params.tensors.items()]
         decls += [f"GLOBAL const int* RESTRICT {name}" for name in params.graph_arrays.values()]
         decls += [f"GLOBAL const {ctype(p.dtype) if part == 'data' else 'int'}* RESTRICT {name}"
                   for (p, part), name in params.sparse_arrays.items()]
+        decls += [f"GLOBAL const {ctype(b.dtype)}* RESTRICT {name}"
+                  for b, name in params.scratch.items()]
         decls += ["uint step"] if params.uses_step else []
         self.signature = ", ".join(decls)
         self.global_size = tuple(global_size)
@@ -88,12 +138,34 @@ class GPUKernel:
 
     def global_bytes(self):
         """Bytes this kernel moves to and from global memory, counting each stored input,
-        each graph index array (int32) and the output once: what a perfectly cached run
-        reads and writes, the same measure for fused and unfused plans."""
+        each graph index array (int32), each scratch buffer and the output once: what a
+        perfectly cached run reads and writes, the same measure for fused and unfused
+        plans."""
         graph_bytes = sum(4 * np.asarray(getattr(graph, attribute)).size
                           for kind, graph, attribute in
                           (b for b in self.bindings if b[0] == "graph"))
-        return self.op.nbytes + sum(t.nbytes for t in self.inputs) + graph_bytes
+        scratch_bytes = sum(b[1].nbytes for b in self.bindings if b[0] == "scratch")
+        out_bytes = sum(o.nbytes for o in self.outputs)
+        return out_bytes + sum(t.nbytes for t in self.inputs) + graph_bytes + scratch_bytes
+
+    def edges_per_work_group(self):
+        """The number of edges each work-group of this kernel walks, in launch order (an
+        empty array for a kernel without an edge loop): a per-vertex kernel's work-group
+        walks its light rows' edges (a heavy row's value is folded from partials), an edge
+        kernel's also each heavy row's piece, a partial kernel's its chunks."""
+        if self.walk is None:
+            return np.zeros(0, np.int64)
+        schedule, how = self.walk
+        if how == "partial":
+            sizes = (schedule.chunk_end - schedule.chunk_start).astype(np.int64)
+            per_group = self.local_size[1]
+            sizes = np.concatenate([sizes, np.zeros(-sizes.size % per_group, np.int64)])
+            return sizes.reshape(-1, per_group).sum(axis=1)
+        light = schedule.light_edges_per_group()
+        if how == "edge":
+            pieces = (schedule.piece_end - schedule.piece_start).astype(np.int64)
+            return np.concatenate([light, pieces]) if schedule.has_heavy_rows else light
+        return light
 
     def __repr__(self):
         return f"<GPUKernel {self.name} {self.template} global={self.global_size}>"
@@ -126,6 +198,10 @@ class HostStep:
 
 
 generate = on_type
+RowLoop = namedtuple("RowLoop", "row body")     # one output's loop in vertex_rows.j2
+# Ops the generator gives a template of their own (everything else is element-wise).
+OWN_TEMPLATES = (Communication, Concat, Unslice, Reduction, Softmax, Dot, SparseDot,
+                 SparseTransposedDot, EdgeSoftmax)
 
 
 class GPUKernelGenerator(TypeDispatched):
@@ -133,40 +209,158 @@ class GPUKernelGenerator(TypeDispatched):
         self.plan = plan
         self.namer = Namer()
         self.step = None
+        self.partial_buffers = {}     # (reduction key, graph, at, inlined ops) -> ChunkPartials
+        self.pending = []             # partial kernels the next kernel reads
 
-    def kernel_for(self, root, step):
-        """The kernel writing `root`, computing what `step` (a KernelGroup, or the root op
-        alone) inlines."""
+    def kernels_for(self, step, roots):
+        """The kernels writing `roots`, computing what `step` (a KernelGroup, or the root
+        op alone) inlines, each after the partial kernels it reads. A group's consecutive
+        per-vertex outputs share one kernel, one loop over the schedule's rows each."""
         self.step = step
         group = step.group if isinstance(step, KernelGroup) else None
-        if group is not None and root.scope == "e" and not isinstance(root, EdgeSoftmax):
-            return self.edge_values(root, group)
-        return self.generate(root)
+        kernels, run = [], []
+        for root in list(roots) + [None]:
+            if root is not None and group is not None and self.per_vertex(root, group):
+                run.append(root)
+                continue
+            if run:
+                kernels += self.vertex_rows_of(run, group.graph, group.at)
+                run = []
+            if root is None:
+                break
+            if group is not None and root.scope == "e" and not isinstance(root, EdgeSoftmax):
+                kernel = self.edge_rows(root, group.graph, group.at)
+            else:
+                kernel = self.generate(root)
+            kernels, self.pending = kernels + self.pending + [kernel], []
+        return kernels
 
-    def edge_values(self, op, group):
-        """An edge value of a fused group, from the group's loop over each vertex's edges."""
-        params = self.params()
-        indptr, eids, hoisted, block = self.vertex_loop(params, group.graph, group.at)
-        features = op.shape[1:]
-        value = block.compute(op, ["eid"] + unravel("f", features))
-        size = int(np.prod(features, dtype=np.int64))
-        fields = {"indptr": indptr, "eids": eids, "features": size, "hoisted": hoisted.text(),
-                  "edge_compute": block.text(), "value": value,
-                  "rows": group.graph.num_nodes}
-        return self.kernel(op, "edge_map.j2", fields, params,
-                           *row_launch(group.graph.num_nodes, size))
+    @staticmethod
+    def per_vertex(op, group):
+        """Whether a group's output is a per-vertex value computed element by element (the
+        ops with templates of their own are not)."""
+        return op.scope == "n" and op.ndim and op.shape[0] == group.graph.num_nodes and \
+            not isinstance(op, OWN_TEMPLATES)
 
-    def params(self):
+    def vertex_rows_of(self, ops, graph, at):
+        """One kernel writing `ops`, or, where one reads another at a vertex another
+        work-group owns, one kernel each."""
+        pending, buffers = list(self.pending), dict(self.partial_buffers)
+        try:
+            kernel = self.vertex_rows(ops, graph, at)
+        except ReadAcrossWorkGroups:
+            self.pending, self.partial_buffers = pending, buffers
+            kernels = []
+            for op in ops:
+                kernel = self.vertex_rows([op], graph, at)
+                kernels, self.pending = kernels + self.pending + [kernel], []
+            return kernels
+        kernels, self.pending = self.pending + [kernel], []
+        return kernels
+
+    def params(self, computed=None):
         group = self.step if isinstance(self.step, KernelGroup) else None
-        computed = group.inlined if group else set()
-        return KernelParams(self.plan, computed, taken=("out",))
+        if computed is None:
+            computed = group.inlined if group else set()
+        params = KernelParams(self.plan, computed, taken=("out",))
+        params.partial_kernels = self.partial_buffer
+        return params
 
-    def kernel(self, op, template, fields, params, global_size, local_size):
+    def kernel(self, op, template, fields, params, global_size, local_size, **kinds):
         # The template's prefix keeps kernel names clear of C functions (exp, max, ...).
         group = self.step.group if isinstance(self.step, KernelGroup) else None
         prefix = group.name if group else PREFIXES[template]
-        name = self.namer(f"{prefix}_{sanitize(op.name or op.op_name)}")
-        return GPUKernel(name, op, template, fields, params, global_size, local_size)
+        infix = "_partial" if template == "partial.j2" and group else ""
+        name = self.namer(f"{prefix}{infix}_{sanitize(op.name or op.op_name)}")
+        return GPUKernel(name, op, template, fields, params, global_size, local_size, **kinds)
+
+    def vertex_rows(self, ops, graph, at):
+        """Per-vertex roots (aggregations, node ops over them) over the rows of the graph's
+        edge schedule, one loop per root; a root reads one written before it (after a
+        barrier) at its own vertex only, which its work-group wrote."""
+        schedule = edge_schedule(graph, at)
+        params = self.params()
+        outs = ["out"] + [params.namer("out") for _ in ops[1:]]
+        if len(ops) > 1:
+            params.written = dict(zip(ops, outs))
+            # Partial kernels run before this one: they compute its outputs themselves.
+            params.partial_computed = set(params.computed) | set(ops)
+        parts = []
+        for op, out in zip(ops, outs):
+            block = Block(params, indent="        ")
+            coords = unravel("gid", op.shape)
+            params.vertex = coords[0]
+            value = block.compute(op, coords)
+            block.emit(f"{out}[gid] = {value};")
+            parts.append(RowLoop(int(np.prod(op.shape[1:], dtype=np.int64)), block.text()))
+        fields = {"group_rows": params.graph_array(schedule, "group_rows"),
+                  "parts": tuple(parts)}
+        groups = schedule.num_groups
+        row = max(part.row for part in parts)
+        local = pow2_at_most(max(1, row * graph.num_nodes // max(groups, 1)), ROW_GROUP)
+        return self.kernel(ops[0], "vertex_rows.j2", fields, params, (groups * local,),
+                           (local,), walk=(schedule, "vertex"), outputs=ops)
+
+    def edge_rows(self, op, graph, at):
+        """An edge root (a group's stored edge value, an edge softmax) from loops over each
+        vertex's edges, light rows in the schedule's groups, heavy ones in pieces."""
+        schedule = edge_schedule(graph, at)
+        params = self.params()
+        indptr, eids = self.csr(params, graph, at)
+        hoisted = Block(params, indent="        ")
+        block = Block(params, hoisted, indent="            ")
+        block.loop = ("eid", graph, at, "vertex", hoisted)
+        features = op.shape[1:]
+        value = block.compute(op, ["eid"] + unravel("f", features))
+        size = int(np.prod(features, dtype=np.int64))
+        heavy = schedule.has_heavy_rows
+        fields = {"indptr": indptr, "eids": eids, "features": size, "hoisted": hoisted.text(),
+                  "edge_compute": block.text(), "value": value, "edges": graph.num_edges,
+                  "groups": schedule.num_groups, "heavy": heavy,
+                  "group_rows": params.graph_array(schedule, "group_rows")}
+        if heavy:
+            fields.update({name: params.graph_array(schedule, name) for name in
+                           ("row_chunks", "piece_row", "piece_start", "piece_end")})
+        tasks = schedule.num_groups + (schedule.num_pieces if heavy else 0)
+        rows = graph.num_nodes
+        local = pow2_at_most(max(1, size * rows // max(schedule.num_groups, 1)), ROW_GROUP)
+        return self.kernel(op, "edge_rows.j2", fields, params, (tasks * local,), (local,),
+                           walk=(schedule, "edge"))
+
+    def partial_buffer(self, reduction, params):
+        """The partials of `reduction` over its schedule's chunks, for a kernel computing
+        the ops `params` computes: made, with the partial kernel writing them, on the
+        first request."""
+        key = (reduction.key, reduction.graph, reduction.at, id(params.partial_computed))
+        if key not in self.partial_buffers:
+            schedule = edge_schedule(reduction.graph, reduction.at)
+            buffer = ChunkPartials(reduction, schedule)
+            self.partial_buffers[key] = buffer
+            self.pending.append(self.partial_kernel(buffer, params.partial_computed))
+        return self.partial_buffers[key]
+
+    def partial_kernel(self, buffer, computed):
+        reduction, schedule = buffer.reduction, buffer.schedule
+        params = self.params(computed)
+        indptr, eids = self.csr(params, reduction.graph, reduction.at)
+        hoisted = Block(params, indent="        ")
+        block = Block(params, hoisted, indent="            ")
+        block.loop = ("eid", reduction.graph, reduction.at, "vertex", hoisted)
+        value = evaluate(reduction.edge_steps(block, "eid", "vertex",
+                                              unravel("f", reduction.features)))
+        t = ctype(reduction.dtype)
+        params.note_dtype(reduction.dtype)
+        fields = {"eids": eids, "features": reduction.size, "chunks": buffer.shape[0],
+                  "hoisted": hoisted.text(), "edge_compute": block.text(), "acc_type": t,
+                  "init": reduction.identity(), "fold": reduction.fold("acc", f"(({t}){value})"),
+                  "fold_partial": reduction.fold("acc", f"out[c * {reduction.size} + f]"),
+                  "per_group": CHUNKS_PER_GROUP}
+        fields.update({name: params.graph_array(schedule, name)
+                       for name in ("chunk_row", "chunk_start", "chunk_end", "row_chunks")})
+        (op,) = reduction.key[:1]
+        return self.kernel(op, "partial.j2", fields, params,
+                           *row_launch(buffer.shape[0], reduction.size, CHUNKS_PER_GROUP),
+                           partials=buffer, walk=(schedule, "partial"))
 
     @generate.on_type(Communication)
     def generate(self, op):
@@ -344,15 +538,6 @@ class GPUKernelGenerator(TypeDispatched):
         return self.kernel(op, "sparse_dot.j2", fields, params,
                            *row_launch(op.shape[0], columns))
 
-    def vertex_loop(self, params, graph, at):
-        """The CSR arrays, and the blocks before and inside a loop over a vertex's edges, of
-        the templates with one work-group per vertex (`vertex`, `eid`)."""
-        indptr, eids = self.csr(params, graph, at)
-        hoisted = Block(params, indent="        ")
-        block = Block(params, hoisted, indent="            ")
-        block.loop = ("eid", graph, at, "vertex", hoisted)
-        return indptr, eids, hoisted, block
-
     def csr(self, params, graph, at):
         if at == "dst":
             return params.graph_array(graph, "in_indptr"), params.graph_array(graph, "in_eids")
@@ -360,42 +545,8 @@ class GPUKernelGenerator(TypeDispatched):
 
     @generate.on_type(Aggregate)
     def generate(self, op):
-        (x,) = op.args
-        params = self.params()
-        indptr, eids, hoisted, block = self.vertex_loop(params, op.graph, op.at)
-        features = x.shape[1:]
-        acc = ctype(op.dtype)
-        value = f"(({acc}){block.value(x, ['eid'] + unravel('f', features))})"
-        if op.reduce in ("max", "min"):
-            better = ">" if op.reduce == "max" else "<"
-            init = extreme(op.dtype, largest=op.reduce == "min")
-            combine = keeps_nan(value, better, "acc")
-        else:
-            init, combine = literal(0, op.dtype), f"acc + {value}"
-        final = "acc / (end - start)" if op.reduce == "mean" else "acc"
-        size = int(np.prod(features, dtype=np.int64))
-        fields = {"indptr": indptr, "eids": eids, "features": size, "acc_type": acc,
-                  "init": init, "hoisted": hoisted.text(), "edge_compute": block.text(),
-                  "agg_compute": combine, "agg_write": final, "rows": op.graph.num_nodes}
-        return self.kernel(op, "aggregate.j2", fields, params,
-                           *row_launch(op.graph.num_nodes, size))
+        return self.vertex_rows([op], op.graph, op.at)
 
     @generate.on_type(EdgeSoftmax)
     def generate(self, op):
-        (x,) = op.args
-        params = self.params()
-        indptr, eids = self.csr(params, op.graph, op.at)
-        features = x.shape[1:]
-        coords = ["eid"] + unravel("f", features)
-        t = ctype(op.dtype)
-        fields = {"indptr": indptr, "eids": eids, "type": t,
-                  "lowest": extreme(op.dtype, largest=False),
-                  "features": int(np.prod(features, dtype=np.int64)),
-                  "rows": op.graph.num_nodes}
-        for phase in ("max", "sum", "out"):
-            block = Block(params, indent="            ")
-            fields[f"value_{phase}"] = f"(({t}){block.value(x, coords)})"
-            fields[f"body_{phase}"] = block.text()
-        params.note_dtype(np.float64)           # the denominator's accumulator
-        return self.kernel(op, "edge_softmax.j2", fields, params,
-                           *row_launch(op.graph.num_nodes, fields["features"]))
+        return self.edge_rows(op, op.graph, op.at)

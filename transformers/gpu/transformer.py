@@ -24,10 +24,11 @@ from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning, SplitContrac
 from ..base import (Computation, DeviceBufferStorage, DeviceTensor, Resident, Transformer,
                     buffer_holding)
 from ..debug_nans import check_finite
-from .kernels import GEMM_TILE, GPUKernelGenerator, HostStep
+from .kernels import GEMM_TILE, ChunkArrivals, GPUKernelGenerator, HostStep
 from .report import kernel_report
 from .runtime import DIALECTS, available_runtimes, get_runtime, template_environment
 from .runtime.base import DeviceMemoryError, check_allocation_size
+from .schedule import EdgeSchedule
 
 GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "out_indptr", "out_eids")
 
@@ -71,6 +72,11 @@ def record_kernels(kernels):
     for k in kernels:
         key = (k.template, k.signature, tuple(sorted(k.fields.items())))
         generated_kernels.remember(key, lambda: k)
+
+
+def graph_of(owner):
+    """The graph an index array on the device belongs to (an edge schedule's graph)."""
+    return owner.graph if isinstance(owner, EdgeSchedule) else owner
 
 
 class GPUDeviceBufferStorage(DeviceBufferStorage):
@@ -508,13 +514,13 @@ class GPUTransformer(Transformer):
         """Allocates the index arrays of `graphs` (slots) again; refresh_graphs uploads
         them before the next launch."""
         for key, tensor in self.graph_tensors.items():
-            if key[0] in graphs and tensor.storage.buffer is None:
+            if graph_of(key[0]) in graphs and tensor.storage.buffer is None:
                 tensor.storage.allocate()
                 self.uploaded_versions[key] = None
 
     def drop_graphs(self, graphs):
         for key, tensor in self.graph_tensors.items():
-            if key[0] in graphs and tensor.storage.buffer is not None:
+            if graph_of(key[0]) in graphs and tensor.storage.buffer is not None:
                 tensor.storage.free()
 
     def transferred(self):
@@ -567,6 +573,8 @@ class GPUTransformer(Transformer):
         graphs = {b[1:] for k in kernels for b in k.bindings if b[0] == "graph"}
         requests += [(f"the graph's {attribute}", 4 * np.asarray(getattr(graph, attribute)).size)
                      for graph, attribute in graphs if (graph, attribute) not in self.graph_tensors]
+        requests += [(f"scratch {b[1]}", b[1].nbytes)
+                     for k in kernels for b in k.bindings if b[0] == "scratch"]
         return requests
 
     def close(self):
@@ -597,8 +605,8 @@ class GPUTransformer(Transformer):
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
         generator = GPUKernelGenerator(plan)
-        kernels = [generator.kernel_for(root, step) for step in plan.steps
-                   for root in kernel_roots(step)]
+        kernels = [k for step in plan.steps
+                   for k in generator.kernels_for(step, kernel_roots(step))]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
         memory = computation.memory_plan
         now = not computation.transient      # else allocated when resident
@@ -616,6 +624,12 @@ class GPUTransformer(Transformer):
                         for p in computation.parameters}
         transient = buffers + [t.storage for t in placeholders.values()
                                if isinstance(t, GPUDeviceTensor)]
+        # The partial results of heavy rows' chunks, one buffer per reduction.
+        scratch = {b[1]: new_tensor(self, b[1].shape, b[1].dtype, "partials")
+                   for k in kernels for b in k.bindings if b[0] == "scratch"}
+        for buffer, tensor in scratch.items():
+            if isinstance(buffer, ChunkArrivals):
+                tensor.set(np.zeros(buffer.shape, np.int32))    # counts start at zero
         for storage in buffers if now else []:
             storage.allocate()
 
@@ -650,21 +664,24 @@ class GPUTransformer(Transformer):
                 continue
             if not all(k.global_size):
                 continue              # an empty tensor: nothing to compute
-            checks = []
-            if k.op in computed_labels:
-                checks.append(functools.partial(
-                    lambda out, classes: check_labels(out.get(), classes),
-                    tensor_of(k.op), computed_labels[k.op]))
-            if self.debug_nans:
-                checks.append(functools.partial(check_output, k.op, tensor_of(k.op),
-                                                [None if a.is_sparse else tensor_of(a)
-                                                 for a in k.op.args]))
+            checks = []         # of the ops a kernel writes (a partial kernel: none)
+            for op in k.outputs:
+                if op in computed_labels:
+                    checks.append(functools.partial(
+                        lambda out, classes: check_labels(out.get(), classes),
+                        tensor_of(op), computed_labels[op]))
+                if self.debug_nans:
+                    checks.append(functools.partial(check_output, op, tensor_of(op),
+                                                    [None if a.is_sparse else tensor_of(a)
+                                                     for a in op.args]))
             bound = []
             for binding in k.bindings:
                 if binding[0] in ("out", "tensor"):
                     bound.append(tensor_of(binding[1]))
                 elif binding[0] == "graph":
                     bound.append(self.graph_tensor(*binding[1:]))
+                elif binding[0] == "scratch":
+                    bound.append(scratch[binding[1]])
                 elif binding[0] == "sparse":
                     bound.append((placeholders[binding[1]], binding[2]))   # set per call
                 else:
