@@ -469,8 +469,9 @@ class Transformer:
         new = list(dict.fromkeys(new))
         if not new:
             return
-        init = Computation(self, [Assign(v, Constant(v.initial_value)) for v in new], (),
-                           name="init")
+        # dtype given: Constant alone would round a float64 initial value to float32.
+        init = Computation(self, [Assign(v, Constant(v.initial_value, dtype=v.dtype))
+                                  for v in new], (), name="init")
         init.transform()
         init.executor(0)
         self.initialized_variables.update(new)

@@ -18,7 +18,8 @@ from ..op_graph import (Aggregate, Broadcast, Constant, Dot, Dropout, ElementWis
 from ..op_graph.layout import reshape_to
 from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
-from .tracing import LocalAggregate, LocalDegree, LocalFeature, ZoomOut
+from .relations import lower_index, lower_product, relational_product, split_aggregate
+from .tracing import LocalAggregate, LocalDegree, LocalFeature, RelationIndex, ZoomOut
 
 # For each edge set: which end of an edge the current vertex sits at, and the neighbour's.
 ENDS = {"inedge": ("dst", "src"), "outedge": ("src", "dst")}
@@ -74,8 +75,12 @@ class Lowering:
             new = self.prefix(self.degrees(op), op.scope)
         elif isinstance(op, LocalAggregate):
             at = ENDS[op.over][0]
-            new = self.prefix(Aggregate(self.on_edges(op.args[0], op.over), g, at=at,
+            split = split_aggregate(self, op) if g.edge_type is not None else None
+            new = self.prefix(split if split is not None else
+                              Aggregate(self.on_edges(op.args[0], op.over), g, at=at,
                                         reduce=op.reduce), op.scope)
+        elif isinstance(op, RelationIndex):
+            new = lower_index(self, op)
         else:
             rows = self.rows(op.scope)
             args = [self.arg(a, op.scope, rows) for a in op.args]
@@ -128,6 +133,8 @@ class Lowering:
         """matmul batches over leading axes: a local vector becomes a row (or column) matrix
         unless rows @ a matrix parameter already means the right thing, and local operands
         are padded to a common rank so the row axis lines up."""
+        if relational_product(op):
+            return lower_product(self, op, op.scope)
         (a, b), (la, lb) = op.args, args
         if a.scope is not None and a.ndim == 1 and (b.scope is not None or b.ndim > 2):
             la = reshape_to(la, (count, 1) + a.shape)
