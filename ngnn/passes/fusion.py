@@ -227,13 +227,13 @@ def add_recompute(group, groups, limit):
         for a in op.args:
             if a not in core and a not in extra and owner.get(a) is not None and \
                     a.scope == "e":
-                chain = _recompute_chain(a, owner, limit)
+                chain = _recompute_chain(a, owner, limit, group.graph)
                 if chain is not None:
                     extra.extend(c for c in chain if c not in extra and c not in core)
     group.recomputed = extra
 
 
-def _recompute_chain(op, owner, limit):
+def _recompute_chain(op, owner, limit, graph):
     chain, stack = [], [op]
     while stack:
         x = stack.pop()
@@ -243,6 +243,9 @@ def _recompute_chain(op, owner, limit):
                 x.scope == "e" and (not isinstance(x, Reduction) or 0 not in x.axes)) or \
                 x.size > op.size:
             return None
+        if isinstance(x, Gather) and x.graph is not graph:
+            return None      # the group walks its own graph's edges (a typed graph's
+            #                  derived graphs have the same edges in another order)
         chain.append(x)
         if len(chain) > limit:
             return None
