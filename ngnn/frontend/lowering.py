@@ -81,6 +81,8 @@ class Lowering:
                                         reduce=op.reduce), op.scope)
         elif isinstance(op, RelationIndex):
             new = lower_index(self, op)
+        elif relational_product(op):
+            new = lower_product(self, op, op.scope)
         else:
             rows = self.rows(op.scope)
             args = [self.arg(a, op.scope, rows) for a in op.args]
@@ -133,8 +135,6 @@ class Lowering:
         """matmul batches over leading axes: a local vector becomes a row (or column) matrix
         unless rows @ a matrix parameter already means the right thing, and local operands
         are padded to a common rank so the row axis lines up."""
-        if relational_product(op):
-            return lower_product(self, op, op.scope)
         (a, b), (la, lb) = op.args, args
         if a.scope is not None and a.ndim == 1 and (b.scope is not None or b.ndim > 2):
             la = reshape_to(la, (count, 1) + a.shape)
