@@ -205,7 +205,12 @@ def cmd_datasets(args):
     for name, sizes in datasets.info().items():
         # Masks only: loading coauthor_cs in full would read half a gigabyte of features.
         with np.load(os.path.join(DATA_DIR, name + ".npz"), allow_pickle=False) as archive:
-            splits = [int(archive[key].sum()) for key in ("train_mask", "val_mask", "test_mask")]
+            if "edge_type" in archive.files:    # RDF: the training set validates too
+                train, test = archive["train_idx"].size, archive["test_idx"].size
+                splits = [train, train, test]
+            else:
+                splits = [int(archive[key].sum())
+                          for key in ("train_mask", "val_mask", "test_mask")]
         rows.append((name, sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"],
                      *splits))
     widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
