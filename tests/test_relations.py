@@ -194,3 +194,27 @@ def test_an_rgcn_training_step_allocates_nothing_edge_by_weight_sized(transforme
     too_big = [op for op in comp.ordered_ops if op.size >= E * min(F, O) * min(F, O)]
     assert too_big == []
     assert max(comp.memory_plan.buffer_bytes) < E * F * O * 4
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_products_over_out_edges(transformer_factory, reduce):
+    """v.outnbs: the neighbour is each edge's destination, the result lands at its source."""
+    N, E, R, F, O = 6, 25, 3, 2, 3
+    g = typed_graph(N, E, R, seed=10)
+    rng = np.random.default_rng(12)
+    x, Wv = rng.standard_normal((N, F)), rng.standard_normal((R, F, O))
+    h = ng.placeholder((N, F), dtype=np.float64, name="h")
+    W = ng.placeholder((R, F, O), dtype=np.float64, name="W")
+    with ng.zoomIn(g, node_feat={"h": h}) as v:
+        messages = [ng.dot(n.h, W[e.type]) for n, e in zip(v.outnbs, v.outedges)]
+        out = ng.zoomOut(sum(messages) if reduce == "sum" else ng.max(messages))
+    messages = np.einsum("ef,efo->eo", x[g.dst], Wv[g.edge_type])
+    expected = np.zeros((N, O))
+    if reduce == "sum":
+        np.add.at(expected, g.src, messages)
+    else:
+        expected[:] = -np.inf
+        np.maximum.at(expected, g.src, messages)
+        expected[np.isinf(expected)] = 0
+    comp = transformer_factory().computation(out, h, W)
+    np.testing.assert_allclose(comp(x, Wv), expected, rtol=1e-12, atol=1e-12)
