@@ -123,6 +123,13 @@ def form_groups(ops, single_ops=False, vertex_gathers=False):
                 g = canonical(group_of[a])
                 if g not in candidates:
                     candidates.append(g)
+        if len({id(g.graph) for g in candidates}) > 1:
+            # Groups over different graphs cannot merge: join the newest, so a running sum
+            # of terms over several graphs (R-GCN's relations) is added to term by term, and
+            # the first group does not wait for, and keep alive, every other term.
+            candidates.sort(key=lambda g: -g.index)
+            if role == "node":       # a per-vertex op runs after any graph's edge loop
+                graph = candidates[0].graph
         target = None
         for g in candidates:
             if target is None:
