@@ -24,7 +24,8 @@ The ops the choice makes carry its name (`%relation_transform_first`, `%relation
 """
 import numpy as np
 
-from ..op_graph import Aggregate, Concat, Constant, Divide, Dot, Gather, Multiply, Transpose, zeros
+from ..op_graph import (Aggregate, Concat, Constant, Divide, Dot, Gather, Multiply, Transpose,
+                        ordered_ops, zeros)
 from ..op_graph.layout import Reshape
 from ..relations import relation_edges, relation_graph, relation_subgraph, rows_graph, type_graph
 from .tracing import RelationIndex
@@ -108,7 +109,6 @@ def lower_product(lowering, op, edge_set):
 def linear_chain(value, edge_set):
     """The relational product at the bottom of `value`, if value is that product scaled by
     factors not depending on it (Multiply, or Divide with it as numerator); else None."""
-    chain = []
     while not relational_product(value):
         if not isinstance(value, SCALES) or value.scope != edge_set:
             return None
@@ -116,13 +116,11 @@ def linear_chain(value, edge_set):
         if len(below) != 1 or isinstance(value, Divide) and below[0] is not value.args[0] \
                 or below[0].shape != value.shape:
             return None
-        chain.append(value)
         value = below[0]
     return value
 
 
 def _depends_on_product(value):
-    from ..op_graph import ordered_ops
     return any(relational_product(op) for op in ordered_ops([value]))
 
 
