@@ -94,7 +94,8 @@ class Graph:
     neighbours are read from all ``num_nodes`` rows.
     """
 
-    def __init__(self, src, dst, num_nodes=None, num_dst=None):
+    def __init__(self, src, dst, num_nodes=None, num_dst=None, edge_type=None,
+                 num_relations=None):
         src = _as_ids(src, "src")
         dst = _as_ids(dst, "dst")
         if src.shape[0] != dst.shape[0]:
@@ -119,6 +120,17 @@ class Graph:
         _check_range(dst, "dst", num_dst)
         self._set_edges(src, dst, num_nodes, num_dst, _grouped(dst, num_nodes),
                         _grouped(src, num_nodes))
+        self._set_types(edge_type, num_relations)
+
+    # Untyped unless built with edge_type= (see ngnn/relations.py for what types derive).
+    edge_type = None
+    num_relations = 0
+
+    def _set_types(self, edge_type, num_relations):
+        from ngnn.relations import checked_types
+        if edge_type is not None or num_relations is not None:
+            self.edge_type, self.num_relations = checked_types(edge_type, num_relations,
+                                                               self.num_edges)
 
     def _set_edges(self, src, dst, num_nodes, num_dst, in_groups, out_groups):
         """Stores checked edges with their in- and out-CSR groups (indptr, eids, counts)."""
@@ -142,10 +154,13 @@ class Graph:
         self._adjacency = None
 
     @classmethod
-    def from_edges(cls, src, dst, num_nodes=None, num_dst=None):
+    def from_edges(cls, src, dst, num_nodes=None, num_dst=None, edge_type=None,
+                   num_relations=None):
         """Graph with edge ``i`` going ``src[i] -> dst[i]``; ``num_nodes`` defaults to max id + 1,
-        ``num_dst`` to ``num_nodes`` (see the class docstring)."""
-        return cls(src, dst, num_nodes, num_dst)
+        ``num_dst`` to ``num_nodes`` (see the class docstring). ``edge_type`` (integers in
+        [0, num_relations), one per edge) makes a relation-typed graph: ``e.type`` inside
+        ``ng.zoomIn`` (docs/rgcn.md)."""
+        return cls(src, dst, num_nodes, num_dst, edge_type, num_relations)
 
     @staticmethod
     def batch(graphs):
@@ -273,6 +288,7 @@ class Graph:
     def add_self_loops(self):
         """New graph with an extra edge ``v -> v`` for every vertex (every destination vertex of
         a block), appended after existing edges."""
+        self._check_untyped("add_self_loops")
         loops = np.arange(self.num_dst, dtype=np.int64)
         return Graph(np.concatenate([self.src, loops]), np.concatenate([self.dst, loops]),
                      self.num_nodes, self.num_dst)
@@ -281,6 +297,7 @@ class Graph:
         """New graph with exactly one self loop per vertex: existing loops are dropped, the
         other edges kept in order, then loop ``v -> v`` appended for every vertex in order
         (GCN's and GAT's A + I)."""
+        self._check_untyped("with_self_loops")
         keep = self.src != self.dst
         loops = np.arange(self.num_dst, dtype=np.int64)
         # Built at once, not as a graph without loops plus loops: no third graph's worth of
@@ -314,7 +331,15 @@ class Graph:
         graph._set_edges(rank[self.src], rank[self.dst], self.num_nodes, self.num_nodes,
                          _moved_groups(self.in_indptr, self.in_eids, order),
                          _moved_groups(self.out_indptr, self.out_eids, order))
+        if self.edge_type is not None:       # the same edges in the same order
+            graph._set_types(self.edge_type, self.num_relations)
         return graph
+
+    def _check_untyped(self, what):
+        if self.edge_type is not None:
+            raise ValueError(f"{what}: {self!r} has edge types, which the new edges would "
+                             "lack; build the graph with its extra edges and their types "
+                             "with Graph.from_edges(..., edge_type=...)")
 
     def _check_renumberable(self, what):
         if self.varies or self.is_block or self.global_rows("n") is not None:
@@ -340,6 +365,7 @@ class Graph:
         Parallel edges collapse to one per direction and a self-loop is kept once. Edge ids are not
         preserved: the result is sorted by (dst, src), the convention of the embedded datasets.
         """
+        self._check_untyped("to_undirected")
         src = np.concatenate([self.src, self.dst])
         dst = np.concatenate([self.dst, self.src])
         keys = np.unique(dst * max(self.num_nodes, 1) + src)
@@ -356,6 +382,9 @@ class Graph:
         digest.update(np.array(sizes, dtype=np.int64).tobytes())
         digest.update(self.src.tobytes())
         digest.update(self.dst.tobytes())
+        if self.edge_type is not None:
+            digest.update(np.int64(self.num_relations).tobytes())
+            digest.update(self.edge_type.tobytes())
         return digest.hexdigest()
 
     # Whether the edges may be replaced between calls of a computation (GraphSlot): then
@@ -369,7 +398,8 @@ class Graph:
 
     def __repr__(self):
         block = f", num_dst={self.num_dst}" if self.is_block else ""
-        return f"Graph(num_nodes={self.num_nodes}{block}, num_edges={self.num_edges})"
+        typed = f", num_relations={self.num_relations}" if self.edge_type is not None else ""
+        return f"Graph(num_nodes={self.num_nodes}{block}, num_edges={self.num_edges}{typed})"
 
 
 def _moved_groups(indptr, eids, order):

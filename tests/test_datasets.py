@@ -23,6 +23,11 @@ SHA256 = {
     "amazon_computers": "2d05b2c4fb043286bd61e58bb2f4123a1825e6534c2f7eeb031ebb538a6ff4d2",
     "coauthor_cs": "e358c9f3b79e7bf92e0bc950565576b4e1ba5229f70d9838d152288df97a8be7",
 }
+# The R-GCN paper's RDF graphs (tests/test_rgcn_training.py checks their contents).
+RDF_SHA256 = {
+    "aifb": "1cd05f49c370ebd87e996b75ac104e89f88a47a030d34b91c33ef4f1ba49da79",
+    "mutag_rdf": "0678c211d86ebbb94746e41fbc8f44f437b4eafc340d2f874c8452c0ef2af456",
+}
 CORA = os.path.join(embedded.DATA_DIR, "cora.npz")
 
 
@@ -32,8 +37,8 @@ def cora_arrays():
 
 
 def test_names_and_embedded_files_are_pristine():
-    assert datasets.names() == sorted(EXPECTED)
-    for name, digest in SHA256.items():
+    assert datasets.names() == sorted([*EXPECTED, *RDF_SHA256])
+    for name, digest in {**SHA256, **RDF_SHA256}.items():
         with open(os.path.join(embedded.DATA_DIR, name + ".npz"), "rb") as handle:
             assert hashlib.sha256(handle.read()).hexdigest() == digest, name
 
@@ -56,7 +61,7 @@ def test_embedded_dataset_loads_with_documented_sizes(name):
 
 def test_info_matches_files():
     sizes = datasets.info()
-    assert sorted(sizes) == sorted(EXPECTED)
+    assert sorted(sizes) == sorted([*EXPECTED, *RDF_SHA256])
     for name, (nodes, edges, features, classes, *_) in EXPECTED.items():
         assert sizes[name] == {"nodes": nodes, "edges": edges, "features": features,
                                "classes": classes}

@@ -7,6 +7,7 @@ import zlib
 import numpy as np
 
 from ngnn.datasets.dataset import make_dataset
+from ngnn.datasets.relational import is_relational, relational_dataset
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 REQUIRED_KEYS = ("src", "dst", "x", "y", "train_mask", "val_mask", "test_mask")
@@ -59,6 +60,8 @@ def load(name):
         return load_graphs(name)        # a graph-classification dataset (ngnn/datasets/tu.py)
     display, path = _resolve(name)
     arrays = _read_arrays(path)
+    if is_relational(arrays):        # an RDF graph with typed edges (R-GCN)
+        return relational_dataset(display, arrays, path)
     missing = [key for key in REQUIRED_KEYS if key not in arrays]
     if missing:
         raise ValueError(
@@ -83,6 +86,12 @@ def info():
     sizes = {}
     for name in names():
         path = os.path.join(DATA_DIR, name + ".npz")
+        with np.load(path, allow_pickle=False) as npz:
+            if is_relational(npz.files):
+                n = int(npz["num_nodes"])
+                sizes[name] = {"nodes": n, "edges": 2 * int(npz["src"].size), "features": n,
+                               "classes": int(npz["class_names"].size)}
+                continue
         with zipfile.ZipFile(path) as archive:
             num_nodes, num_features = _member_shape(archive, "x")
             num_edges, = _member_shape(archive, "src")

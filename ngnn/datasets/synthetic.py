@@ -1,9 +1,11 @@
 """Synthetic graphs of any size: a learnable block-model task and R-MAT graphs for speed tests."""
 
+import dataclasses
 import numbers
 
 import numpy as np
 
+from ngnn.graph import Graph
 from ngnn.datasets.dataset import make_dataset
 
 KINDS = ("sbm", "rmat")
@@ -71,7 +73,8 @@ def _rmat_edges(num_nodes, num_edges, rng):
     return src, dst
 
 
-def synthetic(kind, num_nodes, avg_degree, num_features, num_classes, seed=0):
+def synthetic(kind, num_nodes, avg_degree, num_features, num_classes, seed=0,
+              num_relations=None):
     """A generated node-classification Dataset, the same for the same arguments and seed.
 
     kind "sbm": stochastic block model, one block per class, about 80% of edges inside a block,
@@ -79,6 +82,8 @@ def synthetic(kind, num_nodes, avg_degree, num_features, num_classes, seed=0):
     class mean plus Gaussian noise, too noisy for a per-node classifier, clean after averaging
     over neighbours. kind "rmat": directed R-MAT power-law graph with random features and labels,
     for speed measurements. Both split 20 per class train, 30 per class val, the rest test.
+    `num_relations` R gives every edge a relation id drawn uniformly from [0, R) (a typed
+    graph, for R-GCN); the graph and features are the same as without it.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown synthetic kind {kind!r}; kinds are {', '.join(KINDS)}")
@@ -106,5 +111,12 @@ def synthetic(kind, num_nodes, avg_degree, num_features, num_classes, seed=0):
         features = rng.standard_normal((num_nodes, num_features), dtype=np.float32)
 
     train, val, test = _split(labels, num_classes, rng)
-    return make_dataset(f"synthetic-{kind}", src, dst, features, labels, train, val, test,
+    data = make_dataset(f"synthetic-{kind}", src, dst, features, labels, train, val, test,
                         where=f"synthetic({kind!r})", num_classes=num_classes)
+    if num_relations is None:
+        return data
+    _check_int("num_relations", num_relations, 1)
+    types = rng.integers(0, num_relations, size=data.num_edges)
+    graph = Graph.from_edges(data.graph.src, data.graph.dst, num_nodes=num_nodes,
+                             edge_type=types, num_relations=num_relations)
+    return dataclasses.replace(data, graph=graph)

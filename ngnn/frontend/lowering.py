@@ -18,7 +18,8 @@ from ..op_graph import (Aggregate, Broadcast, Constant, Dot, Dropout, ElementWis
 from ..op_graph.layout import reshape_to
 from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
-from .tracing import LocalAggregate, LocalDegree, LocalFeature, ZoomOut
+from .relations import lower_index, lower_product, relational_product, split_aggregate
+from .tracing import LocalAggregate, LocalDegree, LocalFeature, RelationIndex, ZoomOut
 
 # For each edge set: which end of an edge the current vertex sits at, and the neighbour's.
 ENDS = {"inedge": ("dst", "src"), "outedge": ("src", "dst")}
@@ -77,8 +78,14 @@ class Lowering:
             new = self.prefix(self.degrees(op), op.scope)
         elif isinstance(op, LocalAggregate):
             at = ENDS[op.over][0]
-            new = self.prefix(Aggregate(self.on_edges(op.args[0], op.over), g, at=at,
+            split = split_aggregate(self, op) if g.edge_type is not None else None
+            new = self.prefix(split if split is not None else
+                              Aggregate(self.on_edges(op.args[0], op.over), g, at=at,
                                         reduce=op.reduce), op.scope)
+        elif isinstance(op, RelationIndex):
+            new = lower_index(self, op)
+        elif relational_product(op):
+            new = lower_product(self, op, op.scope)
         else:
             rows = self.rows(op.scope)
             args = [self.arg(a, op.scope, rows) for a in op.args]

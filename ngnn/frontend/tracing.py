@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from ..op_graph import Leaf, Maximum, Minimum, Op, ShapeError, as_ops
+from ..op_graph import Constant, Leaf, Maximum, Minimum, Op, ShapeError, as_ops
 from ..op_graph.scopes import EDGE_SET
 from ..errors import TracingError, at_user_line
 
@@ -25,6 +25,7 @@ class LocalFeature(Op):
     A sparse source stays sparse where it is lowered (n.h @ W becomes a sparse product)."""
     kind = "prim"
     takes_sparse = True
+    is_edge_type = False     # e.type of a typed graph (what W[e.type] may be indexed by)
 
     def __init__(self, source, scope, context):
         super().__init__([source], shape=source.shape[1:], dtype=source.dtype, scope=scope)
@@ -72,6 +73,41 @@ class LocalAggregate(Op):
     @property
     def op_name(self):
         return self.reduce
+
+
+class RelationIndex(Op):
+    """`W[e.type]`: the slice of a per-relation parameter W (R, ...) that belongs to each
+    edge's relation. Lowered by ngnn/frontend/relations.py: inside a product with a node
+    value, to a per-relation computation chosen by bytes; elsewhere, to a gather of W's rows
+    onto the edges."""
+
+    def __init__(self, table, index):
+        (table, index) = as_ops(table, index)
+        if not getattr(index, "is_edge_type", False):
+            raise TracingError(at_user_line(
+                f"indexing {table} by the tensor {index}: inside ng.zoomIn a parameter may be "
+                "indexed by the edge type only, as W[e.type]"))
+        graph = index.zoom.graph
+        if table.scope is not None or table.ndim == 0 or \
+                table.shape[0] != graph.num_relations:
+            raise ShapeError(at_user_line(
+                f"W[e.type]: W must be a parameter (or a tensor built from parameters) with "
+                f"one row per relation ({graph.num_relations}), got {table}"
+                + (" traced per vertex" if table.scope is not None else "")))
+        super().__init__([table, index], shape=table.shape[1:], dtype=table.dtype)
+
+    @property
+    def op_name(self):
+        return "relation_index"
+
+
+def index_by_tensor(table, index):
+    """x[t] with a tensor t: W[e.type] inside ng.zoomIn, and a clear error elsewhere."""
+    if index.zoom is None:
+        raise TypeError(f"indexing {table} by the tensor {index}: only W[e.type] inside "
+                        "ng.zoomIn indexes by a tensor; use slices with Python ints, or "
+                        "ng.one_hot and ng.dot for a data-dependent choice")
+    return RelationIndex(table, index)
 
 
 class ZoomOut(Op):
@@ -228,6 +264,8 @@ class ZoomContext:
     def read(self, kind, name, scope, who):
         self.check_open()
         features = self.node_features if kind == "node" else self.edge_features
+        if kind == "edge" and name == "type" and name not in features:
+            return self.edge_types(scope, who)
         if name not in features:
             available = ", ".join(features) or "none"
             raise AttributeError(at_user_line(
@@ -236,6 +274,19 @@ class ZoomContext:
         key = (kind, name, scope)
         if key not in self.leaves:
             self.leaves[key] = LocalFeature(features[name], scope, self)
+        return self.leaves[key]
+
+    def edge_types(self, scope, who):
+        """`e.type`: the relation id of each edge of a typed graph (an int64 edge value)."""
+        if self.graph.edge_type is None:
+            raise AttributeError(at_user_line(
+                f"{who}.type: {self.graph!r} has no edge types; build it with "
+                "ng.Graph.from_edges(src, dst, num_nodes=N, edge_type=t, num_relations=R)"))
+        key = ("edge", "type", scope)
+        if key not in self.leaves:
+            types = Constant(self.graph.edge_type, dtype=np.int64, name="edge_type")
+            self.leaves[key] = LocalFeature(types, scope, self)
+            self.leaves[key].is_edge_type = True
         return self.leaves[key]
 
     def degree(self, which, scope):

@@ -247,6 +247,9 @@ class Op:
         return Negative(self)
 
     def __getitem__(self, key):
+        if isinstance(key, Op):
+            from ..frontend.tracing import index_by_tensor     # W[e.type]
+            return index_by_tensor(self, key)
         from .layout import slice_op
         return slice_op(self, key)
 

@@ -136,8 +136,13 @@ def _inplace_slot(op, i, plan, root_of, last_use, transformer):
 
 
 def take_buffer(free, nbytes, plan):
-    """Best-fit free buffer; else the largest free one, grown; else a new buffer."""
+    """Best-fit free buffer, unless it is more than twice the size (a small tensor that
+    lives long would keep a large buffer from the large tensors after it: R-GCN's
+    per-relation gradients); else the largest free one, grown; else a new buffer."""
     fitting = [s for s in free if plan.buffer_bytes[s] >= nbytes]
+    if fitting and min(plan.buffer_bytes[s] for s in fitting) > 2 * nbytes:
+        plan.buffer_bytes.append(nbytes)
+        return len(plan.buffer_bytes) - 1
     if fitting:
         slot = min(fitting, key=lambda s: plan.buffer_bytes[s])
     elif free:

@@ -123,6 +123,13 @@ def form_groups(ops, single_ops=False, vertex_gathers=False):
                 g = canonical(group_of[a])
                 if g not in candidates:
                     candidates.append(g)
+        if len({id(g.graph) for g in candidates}) > 1:
+            # Groups over different graphs cannot merge: join the newest, so a running sum
+            # of terms over several graphs (R-GCN's relations) is added to term by term, and
+            # the first group does not wait for, and keep alive, every other term.
+            candidates.sort(key=lambda g: -g.index)
+            if role == "node":       # a per-vertex op runs after any graph's edge loop
+                graph = candidates[0].graph
         target = None
         for g in candidates:
             if target is None:
@@ -229,20 +236,20 @@ def add_recompute(group, groups, limit):
         for a in op.args:
             if a not in core and a not in extra and owner.get(a) is not None and \
                     a.scope == "e":
-                chain = _recompute_chain(a, owner, limit)
+                chain = _recompute_chain(a, owner, limit, group.graph)
                 if chain is not None:
                     extra.extend(c for c in chain if c not in extra and c not in core)
     group.recomputed = extra
 
 
-def _recompute_chain(op, owner, limit):
-    return _chain(op, owner, limit, read_narrower=False) or \
-        _chain(op, owner, limit, read_narrower=True)
+def _recompute_chain(op, owner, limit, graph):
+    return _chain(op, owner, limit, graph, read_narrower=False) or \
+        _chain(op, owner, limit, graph, read_narrower=True)
 
 
-def _chain(op, owner, limit, read_narrower):
-    """The ops recomputing `op`, or None; `read_narrower`: edge values of the ancestry
-    narrower than `op` are read, not recomputed."""
+def _chain(op, owner, limit, graph, read_narrower):
+    """The ops recomputing `op` in a group over `graph`, or None; `read_narrower`: edge
+    values of the ancestry narrower than `op` are read, not recomputed."""
     chain, stack = [], [op]
     while stack:
         x = stack.pop()
@@ -252,6 +259,9 @@ def _chain(op, owner, limit, read_narrower):
                 x.scope == "e" and (not isinstance(x, Reduction) or 0 not in x.axes)) or \
                 x.size > op.size:
             return None
+        if isinstance(x, Gather) and x.graph is not graph:
+            return None      # the group walks its own graph's edges (a typed graph's
+            #                  derived graphs have the same edges in another order)
         chain.append(x)
         if len(chain) > limit:
             return None

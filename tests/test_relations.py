@@ -1,0 +1,220 @@
+"""Relation-typed edges: Graph(edge_type=), `e.type`, `W[e.type]` and its three lowerings
+(per_relation, segments, transform_first), against NumPy on every backend, with
+finite-difference gradients, and no E x F x O tensor in any plan."""
+import numpy as np
+import pytest
+
+import ngnn as ng
+from ngnn import nn
+from ngnn.errors import TracingError
+from ngnn.frontend.relations import strategy_bytes
+from ngnn.op_graph import ShapeError
+from ngnn.relations import relation_norm
+
+from helpers import check_gradient
+
+
+def typed_graph(num_nodes, num_edges, num_relations, seed=0):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, num_nodes, num_edges)
+    dst = rng.integers(0, num_nodes, num_edges)
+    types = rng.integers(0, num_relations, num_edges)
+    return ng.Graph.from_edges(src, dst, num_nodes=num_nodes, edge_type=types,
+                               num_relations=num_relations)
+
+
+# ---- typed graphs -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edge_type, num_relations, message", [
+    (np.array([0.0, 1.0, 1.0]), 2, "must hold integer relation ids, got dtype float64"),
+    (np.array([True, False, True]), 2, "must hold integer relation ids, got dtype bool"),
+    (np.array([0, 1]), 2, r"one relation id per edge \(3 edges\), got shape \(2,\)"),
+    (np.array([[0, 1, 1]]), 2, r"one relation id per edge \(3 edges\), got shape \(1, 3\)"),
+    (np.array([0, 3, 1]), 3, r"edge_type\[1\] = 3 is out of range \[0, 3\)"),
+    (np.array([0, -1, 1]), 3, r"edge_type\[1\] = -1 is out of range \[0, 3\)"),
+    (np.array([0, 1, 1]), 0, "num_relations must be a positive int, got 0"),
+    (np.array([0, 1, 1]), 2.0, "num_relations must be a positive int, got 2.0"),
+    (np.array([0, 1, 1]), True, "num_relations must be a positive int, got True"),
+    (None, 2, "num_relations was given without edge_type"),
+])
+def test_bad_edge_types_are_named(edge_type, num_relations, message):
+    with pytest.raises(ValueError, match=message):
+        ng.Graph.from_edges([0, 1, 2], [1, 2, 0], num_nodes=3, edge_type=edge_type,
+                            num_relations=num_relations)
+
+
+def test_typed_graph_facts():
+    g = ng.Graph.from_edges([0, 1, 2], [1, 2, 0], edge_type=np.array([2, 0, 2], np.uint8))
+    assert g.num_relations == 3 and g.edge_type.dtype == np.int64
+    assert not g.edge_type.flags.writeable
+    plain = ng.Graph.from_edges([0, 1, 2], [1, 2, 0])
+    assert plain.edge_type is None and plain.fingerprint != g.fingerprint
+    assert "num_relations=3" in repr(g)
+    g2, order = g.reorder("degree")
+    assert np.array_equal(g2.edge_type, g.edge_type)
+    for make in (g.add_self_loops, g.with_self_loops, g.to_undirected):
+        with pytest.raises(ValueError, match="has edge types, which the new edges would lack"):
+            make()
+
+
+def test_relation_norm_is_one_over_edges_of_the_relation_at_the_destination():
+    g = ng.Graph.from_edges([0, 1, 2, 0], [1, 1, 1, 2], edge_type=[0, 0, 1, 0],
+                            num_relations=2)
+    assert relation_norm(g).tolist() == [0.5, 0.5, 1.0, 1.0]
+
+
+# ---- tracing errors -----------------------------------------------------------------------
+
+def test_e_type_of_an_untyped_graph_is_an_error():
+    g = ng.Graph.from_edges([0, 1], [1, 0])
+    h = ng.placeholder((2, 3), name="h")
+    with pytest.raises(AttributeError, match="has no edge types; build it with"):
+        with ng.zoomIn(g, node_feat=[h]) as v:
+            [e.type for e in v.inedges]
+
+
+def test_relation_weight_with_the_wrong_number_of_rows_is_an_error():
+    g = typed_graph(4, 6, 3)
+    h = ng.placeholder((4, 2), name="h")
+    W = ng.variable((2, 2, 5), name="W")
+    with pytest.raises(ShapeError, match=r"one row per relation \(3\)"):
+        with ng.zoomIn(g, node_feat=[h]) as v:
+            sum(ng.dot(n.h, W[e.type]) for n, e in zip(v.innbs, v.inedges))
+
+
+def test_indexing_by_another_tensor_is_an_error():
+    g = typed_graph(4, 6, 3)
+    h = ng.placeholder((4, 3), name="h")
+    W = ng.variable((3, 3, 5), name="W")
+    with pytest.raises(TracingError, match=r"indexed by the edge type only, as W\[e.type\]"):
+        with ng.zoomIn(g, node_feat=[h]) as v:
+            [W[e.type + 0] for e in v.inedges]
+    with pytest.raises(TypeError, match="only W\\[e.type\\] inside ng.zoomIn"):
+        W[ng.constant(np.array([0, 1]))]
+
+
+# ---- the three lowerings ------------------------------------------------------------------
+
+def reference(g, x, W, norm, reduce):
+    messages = np.einsum("ef,efo->eo", x[g.src], W[g.edge_type]) * norm
+    out = np.zeros((g.num_nodes, W.shape[2]))
+    if reduce == "sum":
+        np.add.at(out, g.dst, messages)
+        return out
+    out[:] = -np.inf
+    np.maximum.at(out, g.dst, messages)
+    out[np.isinf(out)] = 0
+    return out
+
+
+def typed_messages(g, h, W, reduce):
+    norm = ng.constant(relation_norm(g).reshape(-1, 1), dtype=h.dtype)
+    with ng.zoomIn(g, node_feat={"h": h}, edge_feat={"norm": norm}) as v:
+        messages = [ng.dot(n.h, W[e.type]) * e.norm for n, e in zip(v.innbs, v.inedges)]
+        out = sum(messages) if reduce == "sum" else ng.max(messages)
+    return ng.zoomOut(out)
+
+
+# (nodes, edges, relations, in, out, aggregation) -> the lowering the bytes choose
+CASES = {"per_relation": (7, 20, 3, 4, 5, "sum"),
+         "segments": (50, 30, 8, 3, 4, "max"),
+         "transform_first": (5, 60, 2, 8, 3, "max")}
+
+
+@pytest.mark.parametrize("strategy", list(CASES))
+def test_lowering_is_chosen_by_bytes_and_computes_the_product(transformer_factory, strategy):
+    N, E, R, F, O, reduce = CASES[strategy]
+    g = typed_graph(N, E, R, seed=1)
+    rng = np.random.default_rng(2)
+    x, Wv = rng.standard_normal((N, F)), rng.standard_normal((R, F, O))
+    h = ng.placeholder((N, F), dtype=np.float64, name="h")
+    W = ng.placeholder((R, F, O), dtype=np.float64, name="W")
+    comp = transformer_factory().computation(typed_messages(g, h, W, reduce), h, W)
+    expected = reference(g, x, Wv, relation_norm(g)[:, None], reduce)
+    np.testing.assert_allclose(comp(x, Wv), expected, rtol=1e-12, atol=1e-12)
+    assert f"%relation_{strategy}" in comp.ir
+    costs = strategy_bytes(g, h, W, split=reduce == "sum")
+    assert min(costs, key=costs.get) == strategy
+
+
+@pytest.mark.parametrize("strategy", list(CASES))
+def test_gradients_of_the_relation_weights_and_the_features(transformer_factory, strategy):
+    N, E, R, F, O, reduce = CASES[strategy]
+    g = typed_graph(N, E, R, seed=3)
+    rng = np.random.default_rng(4)
+    check_gradient(lambda h, W: typed_messages(g, h, W, reduce),
+                   [rng.standard_normal((N, F)), rng.standard_normal((R, F, O))],
+                   transformer_factory)
+
+
+def test_gradients_of_basis_coefficients_and_bases(transformer_factory):
+    """W_r = sum_b a[r, b] V_b: gradients reach a and V through the relation-indexed product."""
+    N, E, R, F, O, B = 6, 18, 4, 3, 2, 2
+    g = typed_graph(N, E, R, seed=5)
+    rng = np.random.default_rng(6)
+
+    def build(h, a, V):
+        W = ng.reshape(ng.dot(a, ng.reshape(V, (B, F * O))), (R, F, O))
+        return typed_messages(g, h, W, "sum")
+    check_gradient(build, [rng.standard_normal((N, F)), rng.standard_normal((R, B)),
+                           rng.standard_normal((B, F, O))], transformer_factory)
+
+
+def test_a_relation_indexed_bias_is_gathered_onto_the_edges(transformer_factory):
+    g = typed_graph(5, 12, 3, seed=7)
+    rng = np.random.default_rng(8)
+    bv = rng.standard_normal((3, 2))
+    b = ng.placeholder((3, 2), dtype=np.float64, name="b")
+    with ng.zoomIn(g) as v:
+        out = sum(b[e.type] for e in v.inedges)
+    comp = transformer_factory().computation(ng.zoomOut(out), b)
+    expected = np.zeros((5, 2))
+    np.add.at(expected, g.dst, bv[g.edge_type])
+    np.testing.assert_allclose(comp(bv), expected, rtol=1e-12, atol=1e-12)
+
+    def squares(b):
+        with ng.zoomIn(g) as v:
+            out = sum(b[e.type] * b[e.type] for e in v.inedges)
+        return ng.zoomOut(out)
+    check_gradient(squares, [bv], transformer_factory)
+
+
+def test_an_rgcn_training_step_allocates_nothing_edge_by_weight_sized(transformer_factory):
+    """Neither E x F x O nor E x O x F, anywhere in the planned computation."""
+    N, E, R, F, O, C = 30, 400, 5, 7, 6, 3
+    g = typed_graph(N, E, R, seed=9)
+    model = nn.RGCN(F, O, C, num_relations=R, num_bases=2)
+    x = ng.placeholder((N, F), name="x")
+    labels = ng.placeholder((N,), dtype=np.int64, name="y")
+    loss = ng.cross_entropy(model(g, x, training=True), labels)
+    grads = ng.grad(loss, model.parameters())
+    comp = transformer_factory().computation([loss] + grads, x, labels)
+    comp(np.random.default_rng(0).standard_normal((N, F)).astype(np.float32),
+         np.arange(N) % C)
+    too_big = [op for op in comp.ordered_ops if op.size >= E * min(F, O) * min(F, O)]
+    assert too_big == []
+    assert max(comp.memory_plan.buffer_bytes) < E * F * O * 4
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_products_over_out_edges(transformer_factory, reduce):
+    """v.outnbs: the neighbour is each edge's destination, the result lands at its source."""
+    N, E, R, F, O = 6, 25, 3, 2, 3
+    g = typed_graph(N, E, R, seed=10)
+    rng = np.random.default_rng(12)
+    x, Wv = rng.standard_normal((N, F)), rng.standard_normal((R, F, O))
+    h = ng.placeholder((N, F), dtype=np.float64, name="h")
+    W = ng.placeholder((R, F, O), dtype=np.float64, name="W")
+    with ng.zoomIn(g, node_feat={"h": h}) as v:
+        messages = [ng.dot(n.h, W[e.type]) for n, e in zip(v.outnbs, v.outedges)]
+        out = ng.zoomOut(sum(messages) if reduce == "sum" else ng.max(messages))
+    messages = np.einsum("ef,efo->eo", x[g.dst], Wv[g.edge_type])
+    expected = np.zeros((N, O))
+    if reduce == "sum":
+        np.add.at(expected, g.src, messages)
+    else:
+        expected[:] = -np.inf
+        np.maximum.at(expected, g.src, messages)
+        expected[np.isinf(expected)] = 0
+    comp = transformer_factory().computation(out, h, W)
+    np.testing.assert_allclose(comp(x, Wv), expected, rtol=1e-12, atol=1e-12)
