@@ -783,7 +783,6 @@ def _add_model_options(parser, datasets):
                         help="gcnii: weight decay of the convolutions (--weight-decay: of "
                         "the dense layers)")
     parser.add_argument("--num-layers", type=integer(1), help="gcnii: convolution layers")
-    parser.add_argument("--weight-decay", type=real(0.0))
     parser.add_argument("--num-bases", type=integer(0),
                         help="rgcn: relation weights as combinations of this many bases "
                         "(0: one free matrix per relation)")
