@@ -690,9 +690,10 @@ class GPUTransformer(Transformer):
         label_checks = [(computation.parameters.index(op.args[0]), op.num_classes)
                         for op in computation.ordered_ops
                         if isinstance(op, OneHot) and op.args[0] in placeholders]
-        # The fused group each kernel runs, by the op it computes, for kernel_report.
-        groups = {root: step.name for step in plan.steps if isinstance(step, KernelGroup)
-                  for root in step.outputs}
+        # The fused group each kernel runs, by the op it computes (an output, or the
+        # reduction a partial kernel folds), for kernel_report.
+        groups = {op: step.name for step in plan.steps if isinstance(step, KernelGroup)
+                  for op in [*step.outputs, *step.ops]}
         computation.executor = GPUKernelGroup(
             self, kernels, launches,
             [placeholders[p] if p.is_sparse else placeholders[p].storage
