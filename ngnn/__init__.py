@@ -16,6 +16,7 @@ from .ops import (abs, aggregate, assign, cast, concat, cross_entropy, dot, drop
                   stop_gradient, sum, tanh, transpose)
 from .autodiff import grad
 from .graph import Graph
+from .random import manual_seed
 from .frontend import TracingError
 from .frontend import saga, zoomIn, zoomOut
 
