@@ -8,6 +8,7 @@
     ngnn bench --model gcn --dataset cora --epochs 20
 """
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -18,28 +19,14 @@ MODELS = ("gcn", "gat", "sage", "gin")
 SYNTHETIC = ("sbm", "rmat")
 SPARSE_CHOICES = {"auto": None, "on": True, "off": False}
 
-# The papers' settings (GCN: Kipf & Welling 2017; GAT: Veličković et al. 2018). GAT stops
-# early once the validation accuracy and loss have not improved for 100 epochs; the paper
-# has no epoch cap, 1000 only bounds the time (Cora and CiteSeer stop well before).
-MODEL_DEFAULTS = {
-    "gcn": dict(hidden=16, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200,
-                patience=None),
-    "gat": dict(hidden=8, heads=8, dropout=0.6, lr=0.005, weight_decay=5e-4, epochs=1000,
-                patience=100),
-    "sage": dict(hidden=64, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200,
-                 patience=None),
-    "gin": dict(hidden=64, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200,
-                patience=None),
-}
-
-
-def build_model(name, data, hidden, heads, dropout, seed):
+def build_model(name, data, hidden, heads, dropout, seed, attn_dropout=None):
     from ngnn import nn
     if name == "gcn":
         return nn.GCN(data.num_features, hidden, data.num_classes, dropout=dropout, seed=seed)
     if name == "gat":
         return nn.GAT(data.num_features, hidden=hidden, heads=heads,
-                      num_classes=data.num_classes, dropout=dropout, seed=seed)
+                      num_classes=data.num_classes, dropout=dropout, seed=seed,
+                      attn_dropout=attn_dropout)
     if name == "sage":
         return nn.GraphSAGE(data.num_features, hidden, data.num_classes, dropout=dropout,
                             seed=seed)
@@ -73,7 +60,8 @@ def make_trainer(args, data, seed, transformer=None, comm=None):
         transformer = ngt.make_transformer(
             args.backend, wide_accumulation=not getattr(args, "float32_sums", False),
             **options)
-    model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed)
+    model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed,
+                        getattr(args, "attn_dropout", None))
     optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     if getattr(args, "part", None) is not None:
         from ngnn.distributed import DistributedTrainer
@@ -127,12 +115,8 @@ def cmd_train(args):
     print(data.summary())
     if distributed(args):
         attach_part(args, data)
-    print(f"model {args.model}: hidden {args.hidden}" +
-          (f" x {args.heads} heads" if args.model == "gat" else "") +
-          f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
-          f"up to {args.epochs} epochs" +
-          (f" (patience {args.patience})" if args.patience else "") +
-          f", backend {args.backend}" +
+    print(args.recipe)
+    print(f"backend {args.backend}" +
           (f", minibatches of {args.batch_size or 512} with fanouts "
            f"{args.fanouts or 'all'}" if args.batch_size or args.fanouts else ""))
     if args.plot:
@@ -502,13 +486,18 @@ def _add_model_options(parser, datasets):
     parser.add_argument("--hidden", type=integer(1), help="hidden features (per head for gat)")
     parser.add_argument("--heads", type=integer(1), help="attention heads of gat's first layer")
     parser.add_argument("--dropout", type=real(0.0, 1.0))
+    parser.add_argument("--attn-dropout", type=real(0.0, 1.0),
+                        help="gat's dropout on attention coefficients (default: the recipe's)")
     parser.add_argument("--lr", type=real(0.0, low_open=True))
     parser.add_argument("--weight-decay", type=real(0.0))
     parser.add_argument("--seed", type=integer(0), default=0,
                         help="seed of the first run; run i uses seed + i")
     parser.add_argument("--no-normalize-features", dest="normalize_features",
-                        action="store_false",
-                        help="keep the raw features (default: rows scaled to sum 1)")
+                        action="store_false", default=None,
+                        help="keep the raw features (default: as the recipe says)")
+    parser.add_argument("--normalize-features", dest="normalize_features",
+                        action="store_true", default=None,
+                        help="scale feature rows to sum 1 (default: as the recipe says)")
     parser.add_argument("--sparse-features", choices=tuple(SPARSE_CHOICES), default="auto",
                         help="feed the features as a sparse matrix (auto: when under 10%% "
                         "of them are non-zero)")
@@ -531,8 +520,9 @@ def make_parser():
     _add_model_options(train, datasets)
     train.add_argument("--backend", choices=backends, default="numpy")
     train.add_argument("--epochs", type=integer(1))
-    train.add_argument("--patience", type=integer(1),
-                       help="stop when val accuracy and loss stall this many epochs")
+    train.add_argument("--patience", type=integer(0),
+                       help="stop when val accuracy and loss stall this many epochs (0: never; "
+                       "default: the recipe's)")
     train.add_argument("--runs", type=integer(1), default=1)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--save", metavar="PATH", help="save the trained weights (.npz)")
@@ -631,10 +621,31 @@ def make_parser():
 
 
 def _fill_defaults(args):
-    defaults = MODEL_DEFAULTS[args.model]
-    for key, value in defaults.items():
-        if getattr(args, key, value) is None:
-            setattr(args, key, value)
+    """Options left out take the recipe of the model and dataset (ngnn/recipes.py);
+    `args.recipe` describes the values used, naming those given on the command line."""
+    from ngnn.recipes import recipe
+    chosen = recipe(args.model, args.dataset)
+    given = []
+    for field in dataclasses.fields(chosen):
+        if field.name == "source" or not hasattr(args, field.name):
+            continue
+        if getattr(args, field.name) is None:
+            setattr(args, field.name, getattr(chosen, field.name))
+        elif getattr(args, field.name) != getattr(chosen, field.name):
+            given.append(field.name)
+    used = dataclasses.replace(chosen, **{f.name: getattr(args, f.name)
+                                          for f in dataclasses.fields(chosen)
+                                          if f.name != "source" and hasattr(args, f.name)})
+    if getattr(args, "patience", None) == 0:       # --patience 0: no early stopping
+        used = dataclasses.replace(used, patience=None)
+        args.patience = None
+    if args.model == "gat":
+        args.attn_dropout = used.attention_dropout()
+    elif getattr(args, "attn_dropout", None) is not None:
+        raise ValueError("--attn-dropout applies to gat only")
+    args.recipe = used.describe(args.model, args.dataset) + \
+        (f"; from the command line: {', '.join(n.replace('_', ' ') for n in given)}"
+         if given else "")
 
 
 def main(argv=None):
