@@ -15,17 +15,18 @@ import numpy as np
 
 from ngnn import datasets, optim
 from ngnn import transformers as ngt
-from ngnn.cli import MODEL_DEFAULTS, build_model
+from ngnn.cli import build_model
+from ngnn.recipes import recipe
 from ngnn.train import Trainer
 
 
 def run(data, model, way, steps):
-    d = MODEL_DEFAULTS[model]
-    net = build_model(model, data, d["hidden"], d["heads"], d["dropout"], 0)
+    r = recipe(model, data.name)
+    net = build_model(model, data, r.hidden, r.heads, r.dropout, 0, r.attention_dropout())
     with ngt.make_transformer("gpu", wide_accumulation=True) as t:
         before = t.transferred()
-        trainer = Trainer(net, data, optim.Adam(net.parameters(), lr=d["lr"],
-                                                weight_decay=d["weight_decay"]), transformer=t)
+        trainer = Trainer(net, data, optim.Adam(net.parameters(), lr=r.lr,
+                                                weight_decay=r.weight_decay), transformer=t)
         made = t.transferred()["to_device"] - before["to_device"]
         host = (trainer.features, np.asarray(data.labels, np.int64), data.train_mask)
         step = (lambda: trainer.train_step(*host)) if way == "host arrays" else trainer.step

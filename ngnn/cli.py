@@ -9,6 +9,7 @@
     ngnn profile --model gat --dataset cora --backend gpu
 """
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -19,36 +20,8 @@ MODELS = ("gcn", "gat", "sage", "gin", "appnp", "gcnii", "rgcn")
 SYNTHETIC = ("sbm", "rmat")
 SPARSE_CHOICES = {"auto": None, "on": True, "off": False}
 
-# The papers' settings (GCN: Kipf & Welling 2017; GAT: Veličković et al. 2018). GAT stops
-# early once the validation accuracy and loss have not improved for 100 epochs; the paper
-# has no epoch cap, 1000 only bounds the time (Cora and CiteSeer stop well before).
-MODEL_DEFAULTS = {
-    "gcn": dict(hidden=16, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200,
-                patience=None),
-    "gat": dict(hidden=8, heads=8, dropout=0.6, lr=0.005, weight_decay=5e-4, epochs=1000,
-                patience=100),
-    "sage": dict(hidden=64, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200,
-                 patience=None),
-    "gin": dict(hidden=64, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200,
-                patience=None),
-    # APPNP: Klicpera et al. 2019 (K = 10, alpha = 0.1; weight decay on the first layer's
-    # weights only); GCNII: Chen et al. 2020 on Cora (64 layers, alpha 0.1, lambda 0.5;
-    # weight decay 0.01 on the convolutions, 5e-4 on the dense layers); both stop early
-    # with patience 100, as their papers do.
-    "appnp": dict(hidden=64, heads=1, dropout=0.5, lr=0.01, weight_decay=5e-3, epochs=2000,
-                  patience=100),
-    "gcnii": dict(hidden=64, heads=1, dropout=0.6, lr=0.01, weight_decay=5e-4, epochs=1500,
-                  patience=100, conv_weight_decay=0.01, num_layers=64),
-    # Schlichtkrull et al. 2018, entity classification: 16 hidden, 50 epochs, Adam 0.01;
-    # per dataset (DATASET_DEFAULTS): AIFB no basis decomposition and no L2, MUTAG 30 bases
-    # and L2 5e-4.
-    "rgcn": dict(hidden=16, heads=1, dropout=0.0, lr=0.01, weight_decay=0.0, epochs=50,
-                 patience=None, num_bases=0),
-}
-DATASET_DEFAULTS = {("rgcn", "mutag_rdf"): dict(weight_decay=5e-4, num_bases=30)}
-
-
-def build_model(name, data, hidden, heads, dropout, seed, num_layers=None, num_bases=None):
+def build_model(name, data, hidden, heads, dropout, seed, attn_dropout=None, num_layers=None,
+                num_bases=None):
     from ngnn import nn
     if name == "appnp":
         return nn.APPNP(data.num_features, hidden, data.num_classes, dropout=dropout,
@@ -67,7 +40,8 @@ def build_model(name, data, hidden, heads, dropout, seed, num_layers=None, num_b
         return nn.GCN(data.num_features, hidden, data.num_classes, dropout=dropout, seed=seed)
     if name == "gat":
         return nn.GAT(data.num_features, hidden=hidden, heads=heads,
-                      num_classes=data.num_classes, dropout=dropout, seed=seed)
+                      num_classes=data.num_classes, dropout=dropout, seed=seed,
+                      attn_dropout=attn_dropout)
     if name == "sage":
         return nn.GraphSAGE(data.num_features, hidden, data.num_classes, dropout=dropout,
                             seed=seed)
@@ -102,7 +76,8 @@ def make_trainer(args, data, seed, transformer=None, comm=None):
             args.backend, wide_accumulation=not getattr(args, "float32_sums", False),
             **options)
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed,
-                        getattr(args, "num_layers", None), getattr(args, "num_bases", None))
+                        getattr(args, "attn_dropout", None), getattr(args, "num_layers", None),
+                        getattr(args, "num_bases", None))
     weight_decay = args.weight_decay
     if args.model == "gcnii":
         weight_decay = model.weight_decays(conv=args.conv_weight_decay, dense=weight_decay)
@@ -167,14 +142,8 @@ def cmd_train(args):
     print(data.summary())
     if distributed(args):
         attach_part(args, data)
-    print(f"model {args.model}: hidden {args.hidden}" +
-          (f" x {args.heads} heads" if args.model == "gat" else "") +
-          (f", {args.num_layers} layers, convolution weight decay {args.conv_weight_decay}"
-           if args.model == "gcnii" else "") +
-          f", dropout {args.dropout}, lr {args.lr}, weight decay {args.weight_decay}, "
-          f"up to {args.epochs} epochs" +
-          (f" (patience {args.patience})" if args.patience else "") +
-          f", backend {args.backend}" +
+    print(args.recipe)
+    print(f"backend {args.backend}" +
           (f", minibatches of {args.batch_size or 512} with fanouts "
            f"{args.fanouts or 'all'}" if args.batch_size or args.fanouts else ""))
     if args.plot:
@@ -775,6 +744,8 @@ def _add_model_options(parser, datasets):
     parser.add_argument("--hidden", type=integer(1), help="hidden features (per head for gat)")
     parser.add_argument("--heads", type=integer(1), help="attention heads of gat's first layer")
     parser.add_argument("--dropout", type=real(0.0, 1.0))
+    parser.add_argument("--attn-dropout", type=real(0.0, 1.0),
+                        help="gat's dropout on attention coefficients (default: the recipe's)")
     parser.add_argument("--lr", type=real(0.0, low_open=True))
     parser.add_argument("--weight-decay", type=real(0.0),
                         help="L2 weight decay (appnp: of the first layer's weights, as its "
@@ -790,12 +761,11 @@ def _add_model_options(parser, datasets):
                         help="seed of the first run; run i uses seed + i")
     parser.add_argument("--no-normalize-features", dest="normalize_features",
                         action="store_false", default=None,
-                        help="keep the raw features (default: rows scaled to sum 1, except "
-                        "for --task link, which keeps them raw as GAE does)")
+                        help="keep the raw features (default: as the recipe says; --task link "
+                        "keeps them raw, as GAE does)")
     parser.add_argument("--normalize-features", dest="normalize_features",
                         action="store_true", default=None,
-                        help="scale the feature rows to sum 1 (the default but for --task "
-                        "link)")
+                        help="scale feature rows to sum 1 (default: as the recipe says)")
     parser.add_argument("--sparse-features", choices=tuple(SPARSE_CHOICES), default="auto",
                         help="feed the features as a sparse matrix (auto: when under 10%% "
                         "of them are non-zero)")
@@ -820,8 +790,9 @@ def make_parser():
     _add_link_options(train)
     train.add_argument("--backend", choices=backends, default="numpy")
     train.add_argument("--epochs", type=integer(1))
-    train.add_argument("--patience", type=integer(1),
-                       help="stop when val accuracy and loss stall this many epochs")
+    train.add_argument("--patience", type=integer(0),
+                       help="stop when val accuracy and loss stall this many epochs (0: never; "
+                       "default: the recipe's)")
     train.add_argument("--runs", type=integer(1), default=1)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--save", metavar="PATH", help="save the trained weights (.npz)")
@@ -936,17 +907,40 @@ def _add_profile_parser(sub, datasets, backends):
 
 
 def _fill_defaults(args):
+    """Options left out take the defaults of the task: for node classification the recipe
+    of the model and dataset (ngnn/recipes.py; `args.recipe` describes the values used,
+    naming those given on the command line)."""
     task = getattr(args, "task", "node")
     if task == "link":
-        fill_link_defaults(args)
-    if getattr(args, "normalize_features", False) is None:
-        args.normalize_features = True
-    defaults = GRAPH_DEFAULTS if task == "graph" else \
-        {**MODEL_DEFAULTS[args.model],
-         **DATASET_DEFAULTS.get((args.model, getattr(args, "dataset", None)), {})}
-    for key, value in defaults.items():
-        if getattr(args, key, value) is None:
-            setattr(args, key, value)
+        return fill_link_defaults(args)
+    if task == "graph":
+        for key, value in GRAPH_DEFAULTS.items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
+        return
+    from ngnn.recipes import recipe
+    chosen = recipe(args.model, args.dataset)
+    given = []
+    for field in dataclasses.fields(chosen):
+        if field.name == "source" or not hasattr(args, field.name):
+            continue
+        if getattr(args, field.name) is None:
+            setattr(args, field.name, getattr(chosen, field.name))
+        elif getattr(args, field.name) != getattr(chosen, field.name):
+            given.append(field.name)
+    used = dataclasses.replace(chosen, **{f.name: getattr(args, f.name)
+                                          for f in dataclasses.fields(chosen)
+                                          if f.name != "source" and hasattr(args, f.name)})
+    if getattr(args, "patience", None) == 0:       # --patience 0: no early stopping
+        used = dataclasses.replace(used, patience=None)
+        args.patience = None
+    if args.model == "gat":
+        args.attn_dropout = used.attention_dropout()
+    elif getattr(args, "attn_dropout", None) is not None:
+        raise ValueError("--attn-dropout applies to gat only")
+    args.recipe = used.describe(args.model, args.dataset) + \
+        (f"; from the command line: {', '.join(n.replace('_', ' ') for n in given)}"
+         if given else "")
 
 
 def main(argv=None):

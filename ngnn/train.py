@@ -21,7 +21,7 @@ import scipy.sparse
 from tqdm import tqdm
 
 import ngnn as ng
-from ngnn import optim
+from ngnn import optim, random
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
 from ngnn.op_graph import Dropout, SparseDropout, SparseInputError, ordered_ops
@@ -92,8 +92,7 @@ def seed_dropout(results, seed):
     # A dropout in the backward pass shares its forward dropout's seed (that is how it
     # draws the same mask), so seeds are renamed, not handed out per op.
     old = list(dict.fromkeys(op.seed for op in masks))
-    states = np.random.SeedSequence(seed).generate_state(len(old), dtype=np.uint64)
-    new = {s: int(state) for s, state in zip(old, states)}
+    new = {s: int(key) for s, key in zip(old, random.keys(seed, len(old)))}
     for op in masks:
         op.seed = new[op.seed]
 

@@ -69,3 +69,43 @@ def test_gat_step_with_dropout_plans_within_ten_percent_of_the_step_without():
     # benchmarks/bench_dropout.py measures the same at R-MAT 100K, planned and peak.
     data = datasets.synthetic("rmat", 2000, 16, 16, 8, seed=0)
     assert plan_bytes(data, 0.6) <= 1.10 * plan_bytes(data, 0.0)
+
+
+def gat_first_loss(t, g, x, labels):
+    """The first-call training loss of a fresh nn.GAT (dropout 0.5, fixed weights)."""
+    model = nn.GAT(x.shape[1], hidden=4, heads=2, num_classes=3, dropout=0.5, seed=0)
+    xs = ng.placeholder(x.shape, name="x")
+    ys = ng.placeholder(labels.shape, dtype=np.int64, name="labels")
+    loss = ng.cross_entropy(model(g, xs, training=True), ys)
+    return t.computation(loss, xs, ys)(x, labels)
+
+
+def test_models_built_after_the_same_manual_seed_give_the_same_losses(transformer_factory):
+    rng = np.random.default_rng(3)
+    g = ng.Graph.from_edges(rng.integers(0, 30, 200), rng.integers(0, 30, 200), num_nodes=30)
+    x = rng.standard_normal((30, 5)).astype(np.float32)
+    labels = rng.integers(0, 3, 30)
+    t = transformer_factory()
+    ng.manual_seed(0)
+    first = gat_first_loss(t, g, x, labels)
+    unseeded = gat_first_loss(t, g, x, labels)       # the stream went on: other masks
+    ng.manual_seed(0)
+    again = gat_first_loss(t, g, x, labels)
+    ng.manual_seed(1)
+    other = gat_first_loss(t, g, x, labels)
+    assert again == first
+    assert unseeded != first and other != first
+
+
+def test_manual_seed_restarts_the_key_stream_that_trainers_share():
+    ng.manual_seed(7)
+    drawn = [ng.random.next_seed() for _ in range(100)]       # past the first run of keys
+    ng.manual_seed(7)
+    assert [ng.random.next_seed() for _ in range(100)] == drawn
+    assert drawn == [int(k) for k in ng.random.keys(7, 100)]
+    assert len(set(drawn)) == 100
+    ng.manual_seed(7)
+    assert ng.dropout(ng.placeholder((2, 2)), 0.5).seed == drawn[0]
+    for bad in (-1, 2 ** 64, 1.5, True, "0"):
+        with pytest.raises(ValueError, match="seed must be an int in \\[0, 2\\*\\*64\\)"):
+            ng.manual_seed(bad)

@@ -8,6 +8,7 @@ import pytest
 import ngnn as ng
 from ngnn import datasets, nn, optim
 from ngnn.cli import main
+from ngnn.datasets.dataset import make_dataset
 from ngnn.frontend import TracingError
 from ngnn.sampling import GraphSlot, NeighborSampler
 from ngnn.sampling.program import MinibatchProgram, capacities, with_block_self_loops
@@ -28,6 +29,28 @@ def random_graph(n=N, edges=900, seed=0):
     return ng.Graph.from_edges(src, dst, num_nodes=n)
 
 
+def graph_with_isolated_vertices(n=N, seed=0):
+    """random_graph's edges (self loops and parallel edges included) among a third of the
+    vertices, their ids spread over [0, n): the others have no edge at all, in runs of
+    every length, as many vertices of the Amazon graphs have none."""
+    rng = np.random.default_rng(seed)
+    members = np.sort(rng.choice(n, n // 3, replace=False))
+    small = random_graph(n // 3, 300, seed)
+    return ng.Graph.from_edges(members[small.src], members[small.dst], num_nodes=n)
+
+
+GRAPHS = [random_graph, graph_with_isolated_vertices]
+
+
+def small_blocks(transformer_factory):
+    """A transformer whose fused groups (NumPy) run over blocks of a few edges, so a slot's
+    blocks change with every batch it is loaded with, as the Amazon graphs' blocks do at
+    full size; other backends as they are."""
+    t = transformer_factory()
+    return transformer_factory(fusion_block_bytes=256) \
+        if "fusion_block_bytes" in t.extra_options else t
+
+
 def global_edges(batch, layer):
     block = batch.graphs[layer]
     return batch.nodes[block.src], batch.nodes[block.dst]
@@ -35,9 +58,10 @@ def global_edges(batch, layer):
 
 # ---- the sampler -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("fanouts", [[4, 3], [5, 2, 3], [-1, 2], [None]])
-def test_sampled_in_edges_are_real_distinct_and_min_of_degree_and_fanout(fanouts):
-    g = random_graph()
+def test_sampled_in_edges_are_real_distinct_and_min_of_degree_and_fanout(fanouts, graph):
+    g = graph()
     sampler = NeighborSampler(g, fanouts, seed=3)
     seeds = np.array([0, 1, 7, 50, 119, 2, 3])
     batch = sampler.sample(seeds, epoch=1, index=2)
@@ -161,8 +185,9 @@ def test_slots_pad_without_touching_the_loaded_rows():
         slot.load(ng.Graph.from_edges([0], [0], num_nodes=9, num_dst=1))
 
 
-def test_capacities_bound_every_batch():
-    g = random_graph()
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_capacities_bound_every_batch(graph):
+    g = graph()
     sizes = capacities(g, [4, None], 8, self_loops=True)
     sampler = NeighborSampler(g, [4, None], seed=0)
     for index in range(20):
@@ -250,58 +275,77 @@ def make_model(kind, seed=0):
     return {"sage": nn.GraphSAGE, "gcn": nn.GCN, "gin": nn.GIN}[kind](F, 8, CLASSES, seed=seed)
 
 
+def seeds_of_every_kind(g):
+    """Batches of seeds for one program: with edges first (its code is generated for
+    those blocks), then vertices without in-edges, then a mix; the later blocks have long
+    runs of rows without edges."""
+    bare = np.flatnonzero(g.in_degrees == 0)
+    linked = np.flatnonzero(g.in_degrees > 0)
+    return [linked[:12], bare[:12], np.concatenate([bare[-5:], linked[-4:]])]
+
+
+@pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("kind, reference", [("sage", sage_reference), ("gcn", gcn_reference),
                                              ("gat", gat_reference)])
 def test_batch_output_equals_a_numpy_reference_on_the_sampled_blocks(transformer_factory, kind,
-                                                                     reference):
-    g = random_graph()
+                                                                     reference, graph):
+    g = graph()
     x = np.random.default_rng(1).standard_normal((N, F)).astype(np.float32)
     model = make_model(kind)
-    t = transformer_factory()
+    t = small_blocks(transformer_factory)
     program = MinibatchProgram(model, g, F, [4, 3], 12, t)
     sampler = NeighborSampler(g, [4, 3], seed=0)
-    for index, seeds in enumerate([np.arange(0, 12), np.array([100, 3, 57])]):
+    batches = [np.arange(0, 12), np.array([100, 3, 57])] + seeds_of_every_kind(g)
+    for index, seeds in enumerate(batches):
         batch = sampler.sample(seeds, 0, index)
         out = program.logits(batch, x)
         want = reference(model_params(t, model), batch.graphs, x[batch.nodes].astype(np.float64))
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("kind", ["sage", "gat", "gin"])
 def test_with_every_in_edge_sampled_a_batch_equals_the_full_graph_forward(transformer_factory,
-                                                                          kind):
-    g = random_graph()
+                                                                          kind, graph):
+    g = graph()
     x = np.random.default_rng(2).standard_normal((N, F)).astype(np.float32)
     model = make_model(kind)
-    t = transformer_factory()
+    t = small_blocks(transformer_factory)
     xs = ng.placeholder((N, F), name="x")
     full = t.computation(model(g, xs), xs)(x)
     big = int(g.in_degrees.max()) + 1
-    program = MinibatchProgram(model, g, F, [big, big], 10, t)
+    program = MinibatchProgram(model, g, F, [big, big], 12, t)
     sampler = NeighborSampler(g, [big, -1], seed=0)
-    for index in range(2):
-        seeds = np.random.default_rng(index).choice(N, 10 - 3 * index, replace=False)
+    batches = [np.random.default_rng(index).choice(N, 10 - 3 * index, replace=False)
+               for index in range(2)] + seeds_of_every_kind(g)
+    for index, seeds in enumerate(batches):
         out = program.logits(sampler.sample(seeds, 0, index), x)
         np.testing.assert_allclose(out, full[seeds], rtol=1e-4, atol=1e-5)
 
 
-def test_the_row_prefix_computes_the_same_seeds_as_every_row(transformer_factory):
-    g = random_graph()
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_the_row_prefix_computes_the_same_seeds_as_every_row(transformer_factory, graph):
+    g = graph()
     x = np.random.default_rng(3).standard_normal((N, F)).astype(np.float32)
     model = make_model("gcn")
-    t = transformer_factory()
-    prefix = MinibatchProgram(model, g, F, [3, 2], 8, t)
-    every = MinibatchProgram(model, g, F, [3, 2], 8, t, row_prefix=False)
+    t = small_blocks(transformer_factory)
+    prefix = MinibatchProgram(model, g, F, [3, 2], 12, t)
+    every = MinibatchProgram(model, g, F, [3, 2], 12, t, row_prefix=False)
     assert [s.num_dst for s in prefix.slots] < [s.num_dst for s in every.slots]
-    batch = NeighborSampler(g, [3, 2], seed=4).sample(np.arange(40, 48))
-    np.testing.assert_allclose(prefix.logits(batch, x), every.logits(batch, x), rtol=1e-5,
-                               atol=1e-6)
+    sampler = NeighborSampler(g, [3, 2], seed=4)
+    for index, seeds in enumerate([np.arange(40, 48)] + seeds_of_every_kind(g)):
+        batch = sampler.sample(seeds, 0, index)
+        np.testing.assert_allclose(prefix.logits(batch, x), every.logits(batch, x),
+                                   rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
-def test_gradients_over_a_loaded_slot(transformer_factory, kind):
-    g = random_graph()
-    block = NeighborSampler(g, [3], seed=0).sample(np.array([0, 5, 9, 40])).graphs[0]
+def test_gradients_over_a_loaded_slot(transformer_factory, kind, graph):
+    g = graph()
+    bare = np.flatnonzero(g.in_degrees == 0)[:2]
+    seeds = np.concatenate([np.flatnonzero(g.in_degrees > 0)[[0, 5, 9]], bare])
+    block = NeighborSampler(g, [3], seed=0).sample(seeds).graphs[0]
     if kind != "sage":
         block = with_block_self_loops(block)
     slot = GraphSlot(block.num_nodes + 2, block.num_edges + 3, block.num_dst + 2)
@@ -310,13 +354,28 @@ def test_gradients_over_a_loaded_slot(transformer_factory, kind):
             "gcn": nn.GCNConv(3, 2, dtype=np.float64),
             "gat": nn.GATConv(3, 2, 2, dtype=np.float64)}[kind]
     x = np.random.default_rng(5).standard_normal((slot.num_nodes, 3))
-    check_gradient(lambda h: conv(slot, h), [x], transformer_factory, coords=8)
+    check_gradient(lambda h: conv(slot, h), [x], lambda: small_blocks(transformer_factory),
+                   coords=8)
 
 
-def test_no_code_is_generated_after_the_first_batch_over_two_epochs(transformer_factory):
-    data = datasets.synthetic("sbm", 200, 6, F, CLASSES, seed=0)
+def dataset_with_isolated_vertices(n=240, seed=0):
+    """A Dataset over graph_with_isolated_vertices: random features and labels, training
+    vertices with and without edges."""
+    rng = np.random.default_rng(seed)
+    g = graph_with_isolated_vertices(n, seed)
+    split = rng.permutation(n)
+    masks = [np.isin(np.arange(n), part) for part in (split[:60], split[60:100], split[100:])]
+    return make_dataset("isolated", g.src, g.dst, rng.standard_normal((n, F)).astype(np.float32),
+                        rng.integers(0, CLASSES, n), *masks, where="test")
+
+
+@pytest.mark.parametrize("make_data", [
+    lambda: datasets.synthetic("sbm", 200, 6, F, CLASSES, seed=0), dataset_with_isolated_vertices])
+def test_no_code_is_generated_after_the_first_batch_over_two_epochs(transformer_factory,
+                                                                     make_data):
+    data = make_data()
     model = make_model("gcn")
-    t = transformer_factory()
+    t = small_blocks(transformer_factory)
     trainer = Trainer(model, data, optim.Adam(model.parameters(), lr=0.01), transformer=t,
                       batch_size=16, fanouts=[4, 3])
     batches = trainer.minibatches
@@ -333,6 +392,21 @@ def test_no_code_is_generated_after_the_first_batch_over_two_epochs(transformer_
         trainer.predict()
     assert len(sizes) > 4             # batches of many shapes...
     assert t.compilations == compiled  # ...served by the programs of the first one
+
+
+def test_minibatches_over_vertices_without_edges_train_and_evaluate_exactly(transformer_factory):
+    """The Amazon graphs' case: training vertices without edges, over programs whose
+    fused blocks change with every batch; sampled evaluation with every in-edge equals
+    the full-graph one."""
+    data = dataset_with_isolated_vertices()
+    model = make_model("sage")
+    t = small_blocks(transformer_factory)
+    trainer = Trainer(model, data, optim.Adam(model.parameters(), lr=0.01), transformer=t,
+                      batch_size=16, fanouts=[4, 3], eval_fanouts=[-1, -1])
+    history = trainer.fit(3, progress=False)
+    assert len(history) == 3 and all(np.isfinite(r["loss"]) for r in history)
+    full = Trainer(model, data, transformer=t)
+    np.testing.assert_allclose(trainer.predict(), full.predict(), rtol=1e-4, atol=1e-5)
 
 
 def test_trainer_learns_from_minibatches_and_evaluates_sampled_when_asked():

@@ -84,22 +84,24 @@ class GCN(Model):
 
 class GAT(Model):
     """Veličković et al. (2018): `heads` attention heads of `hidden` features, concatenated,
-    ELU, then one head giving the logits; dropout on each layer's input and on the attention
-    coefficients. Self loops let a vertex attend to itself, as in the paper."""
+    ELU, then one head giving the logits; dropout on each layer's input and, at
+    `attn_dropout` (default: `dropout`, as in the paper), on the attention coefficients.
+    Self loops let a vertex attend to itself, as in the paper."""
     self_loops = True
 
     def __init__(self, in_feats, hidden=8, heads=8, num_classes=None, dropout=0.6,
-                 negative_slope=0.2, seed=0, dtype=np.float32):
+                 negative_slope=0.2, seed=0, dtype=np.float32, attn_dropout=None):
         super().__init__()
         if num_classes is None:
             raise TypeError("GAT: num_classes is required")
         s1, s2 = _layer_seeds(seed, 2)
         self.dropout = dropout
+        attn = dropout if attn_dropout is None else attn_dropout
         self.layers = [
-            ("conv1", GATConv(in_feats, hidden, heads, feat_drop=dropout, attn_drop=dropout,
+            ("conv1", GATConv(in_feats, hidden, heads, feat_drop=dropout, attn_drop=attn,
                               negative_slope=negative_slope, seed=s1, dtype=dtype)),
             ("conv2", GATConv(heads * hidden, num_classes, 1, feat_drop=dropout,
-                              attn_drop=dropout, negative_slope=negative_slope, seed=s2,
+                              attn_drop=attn, negative_slope=negative_slope, seed=s2,
                               dtype=dtype))]
 
     def __call__(self, g, x, training=False):

@@ -1,18 +1,17 @@
 """Ops that training needs: dropout, one-hot labels, assignment to variables."""
-import itertools
-
 import numpy as np
+
+from ngnn.random import next_seed
 
 from .elementwise import ElementWise
 from .op import Attr, Op, ShapeError, Variable, as_ops
 
-_dropout_seeds = itertools.count(1)
-
 
 def dropout_seed(seed):
-    """A dropout's Philox key: the one given (an int in [0, 2**64)), else a fresh one."""
+    """A dropout's Philox key: the one given (an int in [0, 2**64)), else the next key of
+    the stream ng.manual_seed restarts (ngnn/random.py)."""
     if seed is None:
-        return next(_dropout_seeds)
+        return next_seed()
     if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
         raise ValueError(f"dropout: seed must be an int in [0, 2**64), got {seed!r}")
     return int(seed)

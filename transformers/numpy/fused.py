@@ -76,15 +76,25 @@ class FusedGroupWriter:
         self.workspace_bytes = 0
 
     def block_rows(self):
-        """{"n_e": edges, "n_v": vertices} of the group's longest blocks."""
-        blocks = K.blocks(self.group.graph, self.group.at, self.edge_block_limit())
+        """{"n_e": edges, "n_v": vertices} of the group's longest blocks. A graph whose
+        edges are replaced between calls (a GraphSlot) has other blocks at every load, so
+        its workspace is sized for any load instead: every vertex (a run of vertices
+        without edges can make a block of nearly all of them) and the block edge limit
+        (only a lone vertex with more edges exceeds it: see scratch_rows)."""
+        graph, limit = self.group.graph, self.edge_block_limit()
+        if graph.varies:
+            return {"n_e": min(self.E, limit), "n_v": self.N}
+        blocks = K.blocks(graph, self.group.at, limit)
         return {"n_e": max((p1 - p0 for _, _, p0, p1 in blocks), default=0),
                 "n_v": max((v1 - v0 for v0, v1, _, _ in blocks), default=0)}
 
     def scratch_rows(self, op, name):
-        """The rows of the block value `name` of `op`, in the group's workspace array."""
+        """The rows of the block value `name` of `op`, in the group's workspace array; over
+        a varying graph, a block longer than the workspace gets an array of its own."""
         rows = "n_e" if op.scope == "e" else "n_v"
         self.scratch["w" + name[1:]] = (rows, op.shape, op.dtype)
+        if self.group.graph.varies:
+            return f"K.block_array(w{name[1:]}, {rows})"
         return f"w{name[1:]}[:{rows}]"
 
     def workspace_layout(self):

@@ -267,6 +267,14 @@ def blocks(graph, at, max_edges):
     return cache[key]
 
 
+def block_array(workspace, rows):
+    """The first `rows` rows of a workspace array, or a new array when the block has more
+    rows than the workspace (a vertex of a GraphSlot with more edges than a block holds)."""
+    if rows <= len(workspace):
+        return workspace[:rows]
+    return np.empty((rows,) + workspace.shape[1:], workspace.dtype)
+
+
 def segment_ids(seg, v0):
     """The vertex of each edge of a block, from the block's local indptr."""
     return np.repeat(np.arange(v0, v0 + len(seg) - 1), np.diff(seg))
