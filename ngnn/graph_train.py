@@ -19,6 +19,7 @@ import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.sampling.graph_loader import GraphLoader
+from ngnn.train import check_finite_loss
 
 
 class GraphTrainer:
@@ -86,8 +87,7 @@ class GraphTrainer:
         curve = []
         for epoch in tqdm(range(epochs), disable=not progress, leave=False, desc=desc):
             loss = self.train_epoch(train_idx, epoch)
-            if not np.isfinite(loss):
-                raise FloatingPointError(f"training diverged: loss is {loss} at epoch {epoch}")
+            check_finite_loss(loss, epoch)
             curve.append(self.accuracy(test_idx))
         return np.array(curve)
 

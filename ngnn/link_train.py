@@ -27,7 +27,8 @@ from ngnn.frontend import lower_zoom_outs
 from ngnn.graph import Graph
 from ngnn.op_graph import SparseInputError
 from ngnn.sampling import GraphSlot, NegativeSampler
-from ngnn.train import is_float32_memmap, normalize_features, seed_dropout, use_sparse
+from ngnn.train import (check_finite_loss, is_float32_memmap, mean_epoch_time,
+                        normalize_features, seed_dropout, use_sparse)
 
 
 def pairs_graph(pos, neg, num_nodes):
@@ -154,11 +155,7 @@ class LinkTrainer:
                                  "val_ap": val_ap, "step_time": step_time,
                                  "epoch_time": time.perf_counter() - start})
             bar.set_postfix(loss=f"{loss:.4f}", val_auc=f"{val_auc:.3f}")
-            if not np.isfinite(loss):
-                raise FloatingPointError(
-                    f"training diverged: loss is {loss} at epoch {epoch}. To find the first op "
-                    "that produced a NaN or Inf, rerun with the transformer option "
-                    "debug_nans=True (ngnn train --debug-nans)")
+            check_finite_loss(loss, epoch)
             if val_auc > best:
                 best, best_weights = val_auc, self.weights()
         bar.close()
@@ -169,10 +166,7 @@ class LinkTrainer:
     def time_per_epoch(self):
         """Mean seconds of a training step plus its validation, leaving out the first epoch
         (it includes compiling both computations)."""
-        times = [record["epoch_time"] for record in self.history[1:]]
-        if not times:
-            raise ValueError("time_per_epoch: train for at least two epochs first")
-        return float(np.mean(times))
+        return mean_epoch_time(self.history)
 
     def variables(self):
         return [var for _, var in self.model.named_parameters()] + \

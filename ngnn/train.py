@@ -97,6 +97,23 @@ def seed_dropout(results, seed):
         op.seed = new[op.seed]
 
 
+def check_finite_loss(loss, epoch):
+    """Stops a run whose loss went NaN or Inf, saying how to find the op that made it."""
+    if not np.isfinite(loss):
+        raise FloatingPointError(
+            f"training diverged: loss is {loss} at epoch {epoch}. To find the first op "
+            "that produced a NaN or Inf, rerun with the transformer option "
+            "debug_nans=True (ngnn train --debug-nans)")
+
+
+def mean_epoch_time(history):
+    """Mean "epoch_time" of a history, leaving out the first epoch (it includes compiling)."""
+    times = [record["epoch_time"] for record in history[1:]]
+    if not times:
+        raise ValueError("time_per_epoch: train for at least two epochs first")
+    return float(np.mean(times))
+
+
 class Trainer:
     """Trains `model` on `data` (a datasets.Dataset) with `optimizer` (an ngnn.optim
     optimizer over model.parameters(); default Adam(lr=0.01)). `seed` fixes the dropout
@@ -251,11 +268,7 @@ class Trainer:
                                  "step_time": step_time,
                                  "epoch_time": time.perf_counter() - start})
             bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.3f}")
-            if not np.isfinite(loss):
-                raise FloatingPointError(
-                    f"training diverged: loss is {loss} at epoch {epoch}. To find the first op "
-                    "that produced a NaN or Inf, rerun with the transformer option "
-                    "debug_nans=True (ngnn train --debug-nans)")
+            check_finite_loss(loss, epoch)
             if not validated:
                 continue            # nothing to select weights by or to stop on
             if best_key is None or (val_acc, -val_loss) > best_key:
@@ -276,10 +289,7 @@ class Trainer:
     def time_per_epoch(self):
         """Mean seconds of a training step plus its evaluation, leaving out the first epoch
         (it includes compiling both computations)."""
-        times = [record["epoch_time"] for record in self.history[1:]]
-        if not times:
-            raise ValueError("time_per_epoch: train for at least two epochs first")
-        return float(np.mean(times))
+        return mean_epoch_time(self.history)
 
     # ---- state and checkpoints -----------------------------------------------------------
     def named_variables(self):

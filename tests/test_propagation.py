@@ -154,5 +154,5 @@ def test_the_command_line_trains_appnp_and_gcnii(capsys, model):
                  "--epochs", "3", "--no-progress"])
     assert code == 0
     out = capsys.readouterr().out
-    assert f"model {model[0]}: hidden 64" in out
+    assert f"recipe: {model[0]} on sbm (" in out and ": hidden 64, " in out
     assert out.strip().splitlines()[-1].startswith("test accuracy: ")

@@ -52,7 +52,7 @@ def test_the_command_line_trains_with_the_recipe_unless_told_otherwise():
         conv1 = trainer.model.layers[0][1]
         assert conv1.fc.shape == (data.num_features, 64)
         assert (conv1.feat_drop, conv1.attn_drop) == (0.6, 0.3)
-        assert trainer.optimizer.lr == 0.01 and trainer.optimizer.weight_decay == 0.01
+        assert trainer.optimizer.lr == 0.01 and set(trainer.optimizer.weight_decays) == {0.01}
         np.testing.assert_array_equal(trainer.features.toarray() if trainer.sparse
                                       else trainer.features, data.dense_features())
     finally:
