@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ngnn as ng
-from ngnn.op_graph import Attr, UnaryOp
+from ngnn.op_graph import Attr, UnaryOp, UndeclaredAttributeError
 from ngnn.passes.cse import structural_key
 
 
@@ -65,3 +65,38 @@ def test_with_args_rebuilds_every_declared_attribute(lead_shape):
 def test_an_unknown_batching_rule_is_refused():
     with pytest.raises(ValueError, match="batching must be one of"):
         Attr("factor", batching="sideways")
+
+
+def test_an_undeclared_constructor_value_is_refused_when_the_class_is_defined():
+    with pytest.raises(UndeclaredAttributeError, match=r"self\.factor .*Attr\('factor'\)"):
+        class UndeclaredScale(UnaryOp):
+            numpy = "np.multiply({x}, {factor!r}, out={out})"
+
+            def __init__(self, x, factor=2.0, name=None):
+                self.factor = float(factor)
+                super().__init__(x, name=name)
+
+
+def test_a_declared_attribute_the_constructor_cannot_take_back_is_refused():
+    with pytest.raises(UndeclaredAttributeError, match="no parameter 'scale'"):
+        class Misnamed(UnaryOp):
+            attributes = (Attr("factor", param="scale"),)
+
+            def __init__(self, x, factor=2.0, name=None):
+                self.factor = float(factor)
+                super().__init__(x, name=name)
+
+
+def test_a_value_computed_from_declared_attributes_may_be_named_derived():
+    class Halved(UnaryOp):
+        attributes = (Attr("factor"),)
+        derived = ("half",)
+        numpy = "np.multiply({x}, {factor!r} / 2, out={out})"
+
+        def __init__(self, x, factor, name=None):
+            self.factor = float(factor)
+            self.half = self.factor / 2
+            super().__init__(x, name=name)
+
+    x = ng.placeholder((2,), name="x")
+    assert Halved(x, 3.0).with_args([x]).half == 1.5

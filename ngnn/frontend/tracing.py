@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from ..op_graph import Constant, Leaf, Maximum, Minimum, Op, ShapeError, as_ops
+from ..op_graph import Attr, Constant, Leaf, Maximum, Minimum, Op, ShapeError, as_ops
 from ..op_graph.scopes import EDGE_SET
 from ..errors import TracingError, at_user_line
 
@@ -39,6 +39,7 @@ class LocalFeature(Op):
 class LocalDegree(Leaf):
     """The in- or out-degree of the current vertex (scope v) or of a neighbour, in the float
     dtype of the context's features (so float64 models stay float64)."""
+    attributes = (Attr("which", printed=False),)
 
     def __init__(self, which, scope, context):
         super().__init__((), context.float_dtype, scope=scope)
@@ -57,6 +58,8 @@ class LocalDegree(Leaf):
 class LocalAggregate(Op):
     """sum / mean / max / min of a value over the current vertex's in- or out-edges; a vertex
     without such edges gets 0."""
+    attributes = (Attr("reduce", printed=False),)
+    derived = ("over",)
 
     def __init__(self, value, reduce):
         value.zoom.check_open()
@@ -115,6 +118,7 @@ class ZoomOut(Op):
     (num_dst,) + shape, a per-edge or per-neighbour value as an edge tensor
     (num_edges,) + shape in edge id order. Lowering forwards it to the whole-graph ops that
     compute it."""
+    derived = ("over", "context")
 
     def __init__(self, value):
         graph = value.zoom.graph

@@ -1,6 +1,6 @@
 """The op-graph: op classes under their CamelCase names (`Add`, `Exp`, `Dot`, ...)."""
 from .op import (Attr, Op, Leaf, Placeholder, Variable, Constant, ShapeError, SparseInputError,
-                 ordered_ops, placeholder, variable, constant, as_ops)
+                 UndeclaredAttributeError, ordered_ops, placeholder, variable, constant, as_ops)
 from .elementwise import (ElementWise, UnaryOp, BinaryOp, Add, Subtract, Multiply, Divide,
                           Power, Maximum, Minimum, Comparison, Greater, GreaterEqual, LessEqual,
                           Equal, Negative, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Abs, Sign,

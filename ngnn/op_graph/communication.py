@@ -16,7 +16,7 @@ Summing over ranks, the adjoint of a mirror-to-master sum is the master-to-mirro
 broadcast and the other way round; all-reduce is its own adjoint. The ops are stateful so
 no pass folds or merges them away.
 """
-from .op import Op, as_ops
+from .op import Attr, Op, as_ops
 
 
 class Communication(Op):
@@ -38,6 +38,7 @@ class MirrorReduce(Communication):
     aggregation at that end: only copies with local edges there take part (the others hold
     no contribution: they send nothing, and for max and min their 0 is no candidate), and
     a vertex with no edges anywhere gets 0. With at=None every copy takes part."""
+    attributes = (Attr("graph"), Attr("reduce"), Attr("at"))
 
     def __init__(self, x, graph, reduce="sum", at=None, name=None):
         if reduce != "sum" and at is None:
@@ -57,9 +58,6 @@ class MirrorReduce(Communication):
         return {"graph": self.graph, "reduce": self.reduce, **at,
                 **self.graph.exchange.describe("reduce")}
 
-    def with_args(self, args, lead=0):
-        return MirrorReduce(*args, self.graph, self.reduce, self.at, name=self.name)
-
     def adjoints(self, delta):
         if self.reduce != "sum":
             raise ValueError(f"mirror_reduce {self.reduce} has no gradient: use it under "
@@ -72,6 +70,8 @@ class MasterBroadcast(Communication):
     per master, out a row per local vertex. With `at` ("src" or "dst": a gather by that
     end reads out), only the mirrors with local edges at that end receive; the other
     mirror rows are 0."""
+    attributes = (Attr("local_graph", param="graph"), Attr("at"))
+    derived = ("graph",)
 
     def __init__(self, x, graph, at=None, name=None):
         self.at = at
@@ -91,15 +91,13 @@ class MasterBroadcast(Communication):
         at = {} if self.at is None else {"at": self.at}
         return {"graph": self.graph, **at, **self.graph.exchange.describe("broadcast")}
 
-    def with_args(self, args, lead=0):
-        return MasterBroadcast(*args, self.local_graph, self.at, name=self.name)
-
     def adjoints(self, delta):
         return [MirrorReduce(delta, self.local_graph, "sum", self.at)]
 
 
 class AllReduce(Communication):
     """The sum of x over every rank of `exchange`, on every rank."""
+    attributes = (Attr("exchange"),)
 
     def __init__(self, x, exchange, name=None):
         self.exchange = exchange
@@ -107,9 +105,6 @@ class AllReduce(Communication):
 
     def attrs(self):
         return self.exchange.describe("allreduce")
-
-    def with_args(self, args, lead=0):
-        return AllReduce(*args, self.exchange, name=self.name)
 
     def adjoints(self, delta):
         return [AllReduce(delta, self.exchange)]

@@ -15,6 +15,8 @@ REDUCTIONS = ("sum", "mean", "max", "min")
 
 
 class GraphOp(Op):
+    attributes = (Attr("graph", printed=False),)
+
     def __init__(self, args, graph, *, shape, dtype, scope, name=None):
         from ..graph import Graph
         if not isinstance(graph, Graph):

@@ -5,7 +5,10 @@ scope (seed 000: `v`, `innbs`, `e`, `n`, or None for ordinary tensors) and a for
 pointer. Passes never edit an op's arguments: they set `old.forward = new`, and every
 reader sees the replacement through `args` / `forwarded` (ngraph's design).
 """
+import ast
+import inspect
 import itertools
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +72,51 @@ class Attr:
         return self.param or self.field
 
 
+class UndeclaredAttributeError(TypeError):
+    """An op class keeps a constructor value it does not declare as an `Attr`."""
+
+
+def check_declared_attributes(cls):
+    """Refuses, when an op class is defined, a constructor that keeps a value the class does
+    not declare: CSE would merge ops that differ only in it (Scale(x, 2) and Scale(x, 3)
+    both giving 2x), rebuilding (operation batching, chunking) would drop it for its default
+    and code generators would not find it. Also refuses a declared attribute the
+    constructor cannot take back, which rebuilding would pass to it."""
+    declared = {a.field for a in cls.attributes} | set(cls.derived) | OP_STATE
+    for field, line in kept_fields(cls.__dict__.get("__init__")).items():
+        if field not in declared:
+            raise UndeclaredAttributeError(
+                f"{cls.__qualname__}.__init__ keeps self.{field} (line {line}) but "
+                f"{cls.__qualname__} does not declare it: add Attr({field!r}) to its "
+                f"`attributes` (what CSE compares and rebuilding passes back), or name it in "
+                f"`derived` if it is computed from the op's arguments and declared attributes")
+    parameters = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return
+    for attr in cls.attributes:
+        if attr.keyword not in parameters:
+            raise UndeclaredAttributeError(
+                f"{cls.__qualname__} declares Attr({attr.field!r}) but its constructor has no "
+                f"parameter {attr.keyword!r} to rebuild it with (name it with param=)")
+
+
+def kept_fields(init):
+    """{field: line} for each `self.field = ...` in the constructor `init` (None: none of
+    its own). A constructor whose source is not available (typed into a REPL) is not
+    checked."""
+    if init is None:
+        return {}
+    try:
+        lines, first = inspect.getsourcelines(init)
+    except (OSError, TypeError):
+        return {}
+    function = ast.parse(textwrap.dedent("".join(lines))).body[0]
+    me = function.args.args[0].arg
+    return {node.attr: first + node.lineno - 1 for node in ast.walk(function)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name) and node.value.id == me}
+
+
 class ShapeError(ValueError):
     """An op was built from arguments whose shapes or dtypes do not fit."""
 
@@ -92,6 +140,7 @@ class Op:
     c = None
     is_stateful = False   # never folded or merged (random masks, assignments)
     attributes = ()       # Attr declarations: identity (CSE), rebuilding and printing
+    derived = ()          # fields computed from the arguments and the declared attributes
     is_sparse = False     # a scipy.sparse CSR value at run time (ngnn/op_graph/sparse.py)
     takes_sparse = False  # may have sparse arguments
 
@@ -119,6 +168,10 @@ class Op:
         self._forward = None
         self.origin = creation_site()     # (file, line) that built it, for run-time errors
         self.id = next(_op_ids)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        check_declared_attributes(cls)
 
     # ---- graph structure -------------------------------------------------------------
     @property
@@ -313,6 +366,10 @@ class Op:
         return self.shape[0]
 
 
+# What Op.__init__ keeps on every op (a subclass may set them too: Cast its dtype).
+OP_STATE = frozenset(kept_fields(Op.__init__))
+
+
 # ufunc name -> (op class, whether the arguments swap): what `array <op> x` means.
 NUMPY_OPERATORS = {"add": ("Add", False), "subtract": ("Subtract", False),
                    "multiply": ("Multiply", False), "divide": ("Divide", False),
@@ -359,6 +416,7 @@ class Leaf(Op):
 class Placeholder(Leaf):
     """A tensor fed at call time, in the computation's parameter order; a sparse one
     (`sparse=True`, a 2-D float tensor) is fed a scipy.sparse CSR matrix."""
+    attributes = (Attr("is_sparse", param="sparse", printed=False),)
 
     def __init__(self, shape, dtype, name=None, sparse=False):
         super().__init__(shape, dtype, name=name)
@@ -366,9 +424,6 @@ class Placeholder(Leaf):
             raise ShapeError(f"placeholder {name or ''}: a sparse placeholder is a 2-D float "
                              f"matrix, got shape {self.shape} and dtype {self.dtype}")
         self.is_sparse = bool(sparse)
-
-    def attrs(self):
-        return {"sparse": True} if self.is_sparse else {}
 
 
 class Variable(Leaf):
@@ -378,6 +433,7 @@ class Variable(Leaf):
     `f(shape) -> array`; the transformer's init computation writes it once.
     """
     is_stateful = True
+    attributes = (Attr("initial_value", printed=False), Attr("trainable", printed=False))
 
     def __init__(self, shape, dtype=np.float32, initial_value=0.0, name=None, trainable=True):
         super().__init__(shape, dtype, name=name)
@@ -395,6 +451,7 @@ class Variable(Leaf):
 
 class Constant(Leaf):
     """A value known when the graph is built."""
+    attributes = (Attr("value"),)
 
     def __init__(self, value, dtype=None, name=None):
         value = np.asarray(value, dtype=dtype)

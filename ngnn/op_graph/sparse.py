@@ -7,7 +7,7 @@ other op given a sparse tensor is an error that says so.
 """
 import numpy as np
 
-from .op import Op, ShapeError, as_ops
+from .op import Attr, Op, ShapeError, as_ops
 from .training_ops import dropout_seed
 
 
@@ -61,6 +61,7 @@ class SparseDropout(Op):
     takes_sparse = True
     is_stateful = True
     is_sparse = True
+    attributes = (Attr("rate"), Attr("seed"), Attr("rows"))
 
     def __init__(self, x, rate, seed=None, name=None, rows=None):
         (x,) = as_ops(x)
@@ -71,16 +72,6 @@ class SparseDropout(Op):
         self.rate = float(rate)
         self.seed = dropout_seed(seed)
         super().__init__([x], shape=x.shape, dtype=x.dtype, name=name)
-
-    def attrs(self):
-        attrs = {"rate": self.rate, "seed": self.seed}
-        if self.rows is not None:
-            attrs["rows"] = self.rows[1]
-        return attrs
-
-    def with_args(self, args, lead=0):
-        return SparseDropout(*args, rate=self.rate, seed=self.seed, name=self.name,
-                             rows=self.rows)
 
     def adjoints(self, delta):
         return [None]
