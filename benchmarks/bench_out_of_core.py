@@ -41,7 +41,7 @@ import ngnn as ng  # noqa: E402
 from ngnn import datasets, nn, optim  # noqa: E402
 from ngnn import transformers as ngt  # noqa: E402
 from ngnn.out_of_core import plan_bytes  # noqa: E402
-from ngnn.train import seed_dropout  # noqa: E402
+from ngnn.op_graph import seed_dropout  # noqa: E402
 
 CLASSES, DEGREE = 8, 10
 

@@ -30,7 +30,7 @@ class GraphTrainer:
 
     def __init__(self, model, data, batch_size=32, lr=0.01, weight_decay=0.0,
                  backend="numpy", transformer=None, seed=0):
-        from ngnn.train import seed_dropout
+        from ngnn.op_graph import seed_dropout
         self.model, self.data, self.seed = model, data, seed
         self.transformer = transformer or ngt.make_transformer(backend)
         self.loader = GraphLoader(data, batch_size=batch_size, seed=seed,

@@ -25,10 +25,10 @@ from ngnn import link_metrics, optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
 from ngnn.graph import Graph
-from ngnn.op_graph import SparseInputError
+from ngnn.op_graph import SparseInputError, seed_dropout
 from ngnn.sampling import GraphSlot, NegativeSampler
 from ngnn.train import (check_finite_loss, is_float32_memmap, mean_epoch_time,
-                        normalize_features, seed_dropout, use_sparse)
+                        normalize_features, use_sparse)
 
 
 def pairs_graph(pos, neg, num_nodes):

@@ -15,7 +15,7 @@ Anything else that draws random numbers inside a computation (sampled negatives,
 takes its key from `next_seed()` in the same way. Key k of seed s is word k of
 `np.random.SeedSequence(s).generate_state`: well mixed, so nearby seeds give unrelated
 keys, and the same words `Trainer(seed=s)` gives the dropouts of the graph it builds
-(`keys`, used by ngnn.train.seed_dropout). A process starts as after `manual_seed(0)`.
+(`keys`, used by ngnn.op_graph.seed_dropout). A process starts as after `manual_seed(0)`.
 """
 import numbers
 import threading

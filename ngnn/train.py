@@ -21,10 +21,10 @@ import scipy.sparse
 from tqdm import tqdm
 
 import ngnn as ng
-from ngnn import optim, random
+from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import Dropout, SparseDropout, SparseInputError, ordered_ops
+from ngnn.op_graph import SparseInputError, seed_dropout
 
 
 STEPS = "trainer/steps"      # checkpoint entry: training steps taken
@@ -83,18 +83,6 @@ def use_sparse(features, sparse=None):
     n, f = features.shape
     stored = features.nnz if scipy.sparse.issparse(features) else np.count_nonzero(features)
     return stored < SPARSE_DENSITY * n * f
-
-
-def seed_dropout(results, seed):
-    """Gives every dropout mask the results depend on a seed derived from `seed` and its
-    position in the graph, so a run is reproducible whatever was built before it."""
-    masks = [op for op in ordered_ops(results) if isinstance(op, (Dropout, SparseDropout))]
-    # A dropout in the backward pass shares its forward dropout's seed (that is how it
-    # draws the same mask), so seeds are renamed, not handed out per op.
-    old = list(dict.fromkeys(op.seed for op in masks))
-    new = {s: int(key) for s, key in zip(old, random.keys(seed, len(old)))}
-    for op in masks:
-        op.seed = new[op.seed]
 
 
 def check_finite_loss(loss, epoch):

@@ -15,8 +15,8 @@ import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, Sum
-from ngnn.train import Trainer, normalize_features, seed_dropout, use_sparse
+from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, Sum, seed_dropout
+from ngnn.train import Trainer, normalize_features, use_sparse
 
 from .exchange import Exchange, world
 from .local_graph import LocalGraph

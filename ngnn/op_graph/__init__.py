@@ -9,6 +9,6 @@ from .reductions import Reduction, Sum, Mean, Max, Min, Softmax, LogSoftmax
 from .layout import LayoutOp, Reshape, Transpose, Broadcast, Concat, Slice, Unslice
 from .linalg import Dot
 from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
-from .training_ops import Dropout, OneHot, Assign
+from .training_ops import Dropout, OneHot, Assign, seed_dropout
 from .sparse import SparseDot, SparseDropout, SparseTransposedDot
 from .communication import Communication, MirrorReduce, MasterBroadcast, AllReduce

@@ -1,10 +1,10 @@
 """Ops that training needs: dropout, one-hot labels, assignment to variables."""
 import numpy as np
 
-from ngnn.random import next_seed
+from ngnn.random import keys, next_seed
 
 from .elementwise import ElementWise
-from .op import Attr, Op, ShapeError, Variable, as_ops
+from .op import Attr, Op, ShapeError, Variable, as_ops, ordered_ops
 
 
 def dropout_seed(seed):
@@ -56,6 +56,19 @@ def dropout(x, rate, seed=None):
         from .sparse import SparseDropout
         return SparseDropout(x, rate, seed=seed)
     return Dropout(x, rate, seed=seed)
+
+
+def seed_dropout(results, seed):
+    """Gives every dropout mask the results depend on (dense or sparse: the ops that keep a
+    `seed`) a seed derived from `seed` and its position in the graph, so a run is
+    reproducible whatever was built before it."""
+    masks = [op for op in ordered_ops(results) if any(a.field == "seed" for a in op.attributes)]
+    # A dropout in the backward pass shares its forward dropout's seed (that is how it
+    # draws the same mask), so seeds are renamed, not handed out per op.
+    old = list(dict.fromkeys(op.seed for op in masks))
+    new = {s: int(key) for s, key in zip(old, keys(seed, len(old)))}
+    for op in masks:
+        op.seed = new[op.seed]
 
 
 class OneHot(Op):

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 import ngnn as ng
 from ngnn.graph import Graph
+from ngnn.op_graph import seed_dropout
 
 from .slot import GraphSlot
 
@@ -71,7 +72,6 @@ class MinibatchProgram:
 
     def __init__(self, model, g, num_features, fanouts, batch_size, transformer,
                  optimizer=None, row_prefix=True, seed=0, dtype=np.float32):
-        from ngnn.train import seed_dropout
         self.model = model
         self.transformer = transformer
         self.row_prefix = row_prefix
