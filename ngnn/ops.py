@@ -3,7 +3,8 @@ import numpy as np
 
 from .op_graph import (Abs, Assign, Cast, Concat, Dot, Elu, Equal, Exp, LeakyRelu, Log, LogSoftmax,
                        Max, Maximum, Mean, Min, Minimum, OneHot, Relu, Reshape, Sigmoid, Slice,
-                       Softmax, Softplus, Sqrt, StopGradient, Sum, Tanh, Transpose, as_ops)
+                       Softmax, Softplus, Sqrt, StopGradient, Sum, Tanh, Transpose, as_ops,
+                       constant)
 from .op_graph.graph_ops import aggregate, edge_softmax, gather  # noqa: F401 (re-exported)
 from .op_graph.training_ops import dropout  # noqa: F401 (re-exported)
 
@@ -67,8 +68,10 @@ def one_hot(labels, num_classes, dtype=np.float32):
     return OneHot(labels, num_classes, dtype=dtype)
 
 
-def cross_entropy(logits, labels, mask=None):
-    """Mean over rows (over the rows where `mask` is true) of -log softmax(logits)[label]."""
+def cross_entropy(logits, labels, mask=None, count=None):
+    """Mean over rows (over the rows where `mask` is true) of -log softmax(logits)[label].
+    `count`, with a mask, divides the masked sum by that many rows instead: a partition's
+    share of the whole graph's mean (ngnn.distributed)."""
     logits, labels = as_ops(logits, labels)
     if logits.ndim != 2 or labels.shape != logits.shape[:1]:
         from .op_graph import ShapeError
@@ -84,7 +87,9 @@ def cross_entropy(logits, labels, mask=None):
         raise ShapeError(f"cross_entropy: mask shape {mask.shape} differs from labels shape "
                          f"{labels.shape}")
     weight = Cast(mask, logits.dtype)
-    return -Sum(picked * weight) / Maximum(Sum(weight), 1.0)
+    rows = Maximum(Sum(weight), 1.0) if count is None else constant(float(count),
+                                                                      dtype=logits.dtype)
+    return -Sum(picked * weight) / rows
 
 
 def binary_cross_entropy_with_logits(logits, labels, mask=None):

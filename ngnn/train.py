@@ -44,12 +44,13 @@ def accuracy(logits, labels, mask=None, mask_name="mask"):
     return float(correct.mean())
 
 
-def cross_entropy(logits, labels, mask):
-    """The masked mean cross-entropy in NumPy, for validation losses from eval logits."""
-    logits = np.asarray(logits, dtype=np.float64)[mask]
+def row_cross_entropy(logits, labels):
+    """-log softmax(logits)[row, label] of each row, in float64 NumPy: validation losses
+    from evaluation logits (ng.cross_entropy is the same in the op-graph)."""
+    logits = np.asarray(logits, dtype=np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    return float(-log_probs[np.arange(len(logits)), np.asarray(labels)[mask]].mean())
+    return -log_probs[np.arange(len(logits)), np.asarray(labels)]
 
 
 def normalize_features(x):
@@ -232,7 +233,8 @@ class Trainer:
         if not self.has_validation:
             return train_acc, float("nan"), float("nan")
         return (train_acc, accuracy(logits, labels, self.data.val_mask, "val_mask"),
-                cross_entropy(logits, labels, self.data.val_mask))
+                float(row_cross_entropy(np.asarray(logits)[self.data.val_mask],
+                                        np.asarray(labels)[self.data.val_mask]).mean()))
 
     def fit(self, epochs, patience=None, progress=True):
         """Trains for up to `epochs` epochs. Each epoch the model is evaluated on the

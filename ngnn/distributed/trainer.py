@@ -15,8 +15,8 @@ import ngnn as ng
 from ngnn import optim
 from ngnn import transformers as ngt
 from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import AllReduce, Cast, LogSoftmax, OneHot, Sum, seed_dropout
-from ngnn.train import Trainer, normalize_features, use_sparse
+from ngnn.op_graph import AllReduce, seed_dropout
+from ngnn.train import Trainer, normalize_features, row_cross_entropy, use_sparse
 
 from .exchange import Exchange, world
 from .local_graph import LocalGraph
@@ -81,11 +81,8 @@ class DistributedTrainer(Trainer):
     def master_loss(self, logits):
         """This rank's share of ng.cross_entropy(logits, labels, train_mask) of the whole
         graph: its masters' terms over the whole graph's count."""
-        picked = Sum(LogSoftmax(logits, axis=-1) * OneHot(self.y, logits.shape[1],
-                                                          dtype=logits.dtype), axis=-1)
-        weight = Cast(self.train_mask, logits.dtype)
-        count = ng.constant(float(max(self.counts["train"], 1)), dtype=logits.dtype)
-        return -Sum(picked * weight) / count
+        return ng.cross_entropy(logits, self.y, self.train_mask,
+                                count=max(self.counts["train"], 1))
 
     # ---- training and metrics, over all ranks ----------------------------------------------
     def step(self, progress=False):
@@ -98,9 +95,7 @@ class DistributedTrainer(Trainer):
         logits = np.asarray(logits, dtype=np.float64)[mask]
         labels = self.labels[mask]
         correct = float((logits.argmax(axis=1) == labels).sum()) if len(labels) else 0.0
-        shifted = logits - logits.max(axis=1, keepdims=True) if len(labels) else logits
-        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        loss = float(-log_probs[np.arange(len(labels)), labels].sum()) if len(labels) else 0.0
+        loss = float(row_cross_entropy(logits, labels).sum())
         count = self.counts[split]
         if count == 0 and split == "val":
             return float("nan"), float("nan")       # as the Trainer's, without val rows
