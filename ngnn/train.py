@@ -119,7 +119,7 @@ class Trainer:
                  eval_fanouts=None):
         self.model = model
         self.data = data
-        self.graph = data.graph          # the graph the model runs over
+        self.graph = self.model_graph()          # the graph the model runs over
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
         self.seed = seed
         features = normalize_features(data.features) if normalize else data.features
@@ -135,32 +135,58 @@ class Trainer:
                              "needs train rows")
         self.transformer = transformer or ngt.make_transformer(backend)
 
-        n = data.num_nodes
+        labels, train_mask = self.own_rows(data.labels), self.own_rows(data.train_mask)
+        n = self.graph.num_nodes
         self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
         self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
-        logits = self._feed(features, use_sparse(features, sparse))
+        own_features = self.own_rows(features)
+        logits = self._feed(own_features, use_sparse(features, sparse))
         if logits is None:          # the model's first op takes no sparse input (GIN adds)
             if sparse:
-                raise ValueError(f"Trainer: {type(model).__name__} cannot take sparse "
-                                 "features; pass sparse=False")
-            logits = self._feed(features, False)
+                raise ValueError(f"{type(self).__name__}: {type(model).__name__} cannot take "
+                                 "sparse features; pass sparse=False")
+            logits = self._feed(own_features, False)
         self.minibatches = None
         if batch_size is not None or fanouts is not None or eval_fanouts is not None:
             from ngnn.sampling.training import Minibatches
             self.minibatches = Minibatches(self, batch_size, fanouts, eval_fanouts)
             self.train_step = self.minibatches.program.train_step
         else:
-            self.loss = ng.cross_entropy(logits, self.y, self.train_mask)
-            updates = self.optimizer.updates(self.loss)
-            seed_dropout([self.loss] + updates, seed)
+            self.loss = self.training_loss(logits)
+            # Seeded before any rewriting (communication), in one process's order; the
+            # gradient's dropouts then take their forward dropouts' seeds.
+            seed_dropout([self.loss], seed)
+            self.place([self.loss])
+            updates = self.optimizer.updates(self.loss, reduce=self.gradient_reduction())
             self.train_step = self.transformer.computation(
                 [self.loss] + updates, self.x, self.y, self.train_mask, name="train_step")
         if eval_fanouts is None:
-            self.logits = model(data.graph, self.x, training=False)
+            self.logits = model(self.graph, self.x, training=False)
+            self.place([self.logits])
             self.evaluate_logits = self.transformer.computation(self.logits, self.x,
                                                                 name="evaluate")
-        self.inputs = self.device_inputs(data.labels, data.train_mask)
+        self.inputs = self.device_inputs(labels, train_mask)
         self.history = []
+
+    # ---- what a trainer of one partition changes (ngnn.distributed.DistributedTrainer) ---
+    def model_graph(self):
+        """The graph the model is built over."""
+        return self.data.graph
+
+    def own_rows(self, values):
+        """The rows of a per-vertex array (features, labels, masks) that this trainer's
+        model computes: all of them."""
+        return values
+
+    def training_loss(self, logits):
+        return ng.cross_entropy(logits, self.y, self.train_mask)
+
+    def place(self, results):
+        """Rewrites the graph of `results` for where it runs: here, nowhere else."""
+
+    def gradient_reduction(self):
+        """What maps each raw weight gradient (optimizer `reduce=`): nothing here."""
+        return None
 
     def device_inputs(self, labels, train_mask):
         """What every full-graph step is fed, (features, labels, train mask): values kept

@@ -10,13 +10,11 @@ process seeds them, validation and test metrics are summed over ranks, so every 
 follows the single-process run, epoch by epoch.
 """
 import numpy as np
+import scipy.sparse
 
 import ngnn as ng
-from ngnn import optim
-from ngnn import transformers as ngt
-from ngnn.frontend import lower_zoom_outs
-from ngnn.op_graph import AllReduce, seed_dropout
-from ngnn.train import Trainer, normalize_features, row_cross_entropy, use_sparse
+from ngnn.op_graph import AllReduce
+from ngnn.train import Trainer, row_cross_entropy
 
 from .exchange import Exchange, world
 from .local_graph import LocalGraph
@@ -37,52 +35,35 @@ class DistributedTrainer(Trainer):
         self.part = part
         self.exchange = Exchange(comm if comm is not None else world(), part)
         self.local_graph = LocalGraph.from_part(part, self.exchange)
-        self.graph = self.local_graph.masters          # what the model is built over
-        self.model = model
-        self.data = data
-        self.optimizer = optimizer or optim.Adam(model.parameters(), lr=0.01)
-        self.seed = seed
-        features = normalize_features(data.features) if normalize else data.features
-        masters = part.nodes[:part.num_masters]
-        self.labels = np.asarray(data.labels)[masters]
-        self.masks = {s: np.asarray(getattr(data, s + "_mask"), bool)[masters]
+        self.masters = part.nodes[:part.num_masters]
+        self.labels = self.own_rows(data.labels)
+        self.masks = {s: self.own_rows(np.asarray(getattr(data, s + "_mask"), bool))
                       for s in SPLITS}
         self.counts = {s: int(np.asarray(getattr(data, s + "_mask"), bool).sum())
                        for s in SPLITS}
-        self.transformer = transformer or ngt.make_transformer(backend)
-        self.minibatches = None       # full-graph training only
+        super().__init__(model, data, optimizer=optimizer, backend=backend, seed=seed,
+                         normalize=normalize, transformer=transformer, sparse=sparse)
 
-        n = masters.shape[0]
-        self.y = ng.placeholder((n,), dtype=np.int64, name="labels")
-        self.train_mask = ng.placeholder((n,), dtype=np.bool_, name="train_mask")
-        # The rows of this rank's masters, fed sparse or dense as one process feeds them.
-        local = features[masters]
-        logits = self._feed(local, use_sparse(features, sparse))
-        if logits is None:
-            if sparse:
-                raise ValueError(f"DistributedTrainer: {type(model).__name__} cannot take "
-                                 "sparse features; pass sparse=False")
-            logits = self._feed(local, False)
-        self.loss = self.master_loss(logits)
-        lower_zoom_outs([self.loss])
-        seed_dropout([self.loss], seed)        # before rewriting: one process's order
-        insert_communication([self.loss], self.graph)
-        updates = self.optimizer.updates(self.loss,
-                                         reduce=lambda g: AllReduce(g, self.exchange))
-        self.train_step = self.transformer.computation([self.loss] + updates, self.x, self.y,
-                                                       self.train_mask, name="train_step")
-        self.logits = model(self.graph, self.x, training=False)
-        insert_communication([self.logits], self.graph)
-        self.evaluate_logits = self.transformer.computation(self.logits, self.x,
-                                                            name="evaluate")
-        self.inputs = self.device_inputs(self.labels, self.masks["train"])
-        self.history = []
+    # ---- the Trainer's hooks: this rank's masters, their share of the loss, communication
+    def model_graph(self):
+        return self.local_graph.masters
 
-    def master_loss(self, logits):
+    def own_rows(self, values):
+        """The rows of this rank's masters (features fed sparse or dense as one process
+        feeds them)."""
+        return (values if scipy.sparse.issparse(values) else np.asarray(values))[self.masters]
+
+    def training_loss(self, logits):
         """This rank's share of ng.cross_entropy(logits, labels, train_mask) of the whole
         graph: its masters' terms over the whole graph's count."""
         return ng.cross_entropy(logits, self.y, self.train_mask,
                                 count=max(self.counts["train"], 1))
+
+    def place(self, results):
+        insert_communication(results, self.graph)
+
+    def gradient_reduction(self):
+        return lambda gradient: AllReduce(gradient, self.exchange)
 
     # ---- training and metrics, over all ranks ----------------------------------------------
     def step(self, progress=False):
