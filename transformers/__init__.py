@@ -4,7 +4,12 @@
 """
 import difflib
 
+from ngnn.out_of_core import ChunkedProgram
+
 from .base import Computation, DeviceBufferStorage, DeviceTensor, Transformer
+
+# Chunked execution (ngnn.out_of_core) is built on the base transformer and plugs in here.
+Computation.chunked_program = ChunkedProgram
 
 
 def _numpy():

@@ -172,7 +172,7 @@ class Computation:
         self.calls = 0
         self.transfer_bytes = {"to_device": 0, "from_device": 0}    # of the last call
         self.transient = False     # holds device memory only while it runs (memory_budget)
-        self.stage = False         # a stage of a chunked program (ngnn.out_of_core)
+        self.stage = False         # a stage of a chunked program (never chunked again)
 
     @property
     def results(self):
@@ -207,30 +207,31 @@ class Computation:
             return
         self.plan()
         if self.runs_chunked():
-            from ngnn.out_of_core import ChunkedProgram
-            self.executor = ChunkedProgram(self)
+            self.executor = self.chunked_program(self)
             self._source = self.executor.source
         else:
             self.transformer.transform_ordered_ops(self)
         self.transformer.compilations += 1
         self.transformed = True
 
+    # What runs a computation chunk by chunk under a memory budget or a chunk count: a
+    # class taking the planned computation, whose `wanted(computation)` says when. It is
+    # ngnn.out_of_core's ChunkedProgram, which is built on this module and plugged in by
+    # transformers/__init__.py, so the base transformer does not depend on it.
+    chunked_program = None
+
     def runs_chunked(self):
-        """Whether this computation runs chunk by chunk (ngnn.out_of_core): it has graph
-        ops, and the transformer fixes the chunk count or its memory_budget is less than
-        the unchunked plan needs."""
-        from ngnn.out_of_core import plan_bytes
-        from ngnn.op_graph import GraphOp
+        """Whether this computation runs chunk by chunk (docs/out_of_core.md)."""
         t = self.transformer
-        if self.stage or t.memory_budget is None and t.chunks is None or \
-                not any(isinstance(op, GraphOp) for op in self.ordered_ops):
+        if self.stage or self.chunked_program is None or \
+                t.memory_budget is None and t.chunks is None:
             return False
-        return t.chunks is not None or plan_bytes(self) > t.memory_budget
+        return self.chunked_program.wanted(self)
 
     @property
     def chunked(self):
-        from ngnn.out_of_core import ChunkedProgram
-        return isinstance(self.executor, ChunkedProgram)
+        return self.chunked_program is not None and \
+            isinstance(self.executor, self.chunked_program)
 
     @property
     def stats(self):

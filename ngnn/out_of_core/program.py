@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ngnn.op_graph import (Aggregate, Constant, Max, Min, Placeholder, SparseDropout,
+from ngnn.op_graph import (Aggregate, Constant, GraphOp, Max, Min, Placeholder, SparseDropout,
                            ordered_ops)
 from ngnn.origin import built_for
 
@@ -108,6 +108,16 @@ class Sizes:
 class ChunkedProgram:
     """The executor of a computation run chunk by chunk (see the module doc); `stats`
     holds the last call's figures."""
+
+    @staticmethod
+    def wanted(computation):
+        """Whether `computation`, on a transformer with a memory budget or a chunk count,
+        runs chunk by chunk: it has graph ops, and the chunk count is fixed or the
+        unchunked plan needs more than the budget."""
+        t = computation.transformer
+        if not any(isinstance(op, GraphOp) for op in computation.ordered_ops):
+            return False
+        return t.chunks is not None or plan_bytes(computation) > t.memory_budget
 
     def __init__(self, computation):
         self.computation = computation
