@@ -184,11 +184,9 @@ class Computation:
         code: `memory_plan` and the IR are then known."""
         if self.ordered_ops is not None:
             return
-        from ngnn.frontend import lower_zoom_outs
         self._record("Trace")
         # Ops the passes build take the origin of the ops they replace (Op.forward).
         with built_for(None):
-            lower_zoom_outs(self._results)
             for graph_pass in self.transformer.graph_passes():
                 graph_pass.do_pass(self)
                 self._record(type(graph_pass).__name__)
@@ -525,7 +523,8 @@ class Transformer:
         from ngnn.passes import (AggregateTransformOrder, CSE, OperationBatching,
                                  RecomputeDropout, SimplePrune, WideAccumulation)
         from .numpy.evaluate import evaluate
-        # OperationBatching is lowering, not optimization: graph code cannot run without it.
+        # OperationBatching is lowering, not optimization: graph code cannot run without it,
+        # and no pass after it meets a traced per-vertex value.
         rewrites = [SimplePrune(evaluate), CSE()] if self.optimize else []
         if self.optimize and self.aggregate_transform_order:
             rewrites.append(AggregateTransformOrder())     # ends with a CSE of its own

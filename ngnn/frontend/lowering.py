@@ -27,7 +27,8 @@ NEIGHBOUR_OF = {"innbs": "inedge", "outnbs": "outedge"}
 
 
 def lower_zoom_outs(results):
-    """Forward every ZoomOut reachable from `results` to its whole-graph computation."""
+    """Forward every ZoomOut reachable from `results` to its whole-graph computation (the
+    OperationBatching pass; see ngnn/passes/operation_batching.py for who else runs it)."""
     for op in ordered_ops(results):
         if isinstance(op, ZoomOut):
             context = op.context
