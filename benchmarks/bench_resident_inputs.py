@@ -15,7 +15,7 @@ import numpy as np
 
 from ngnn import datasets, optim
 from ngnn import transformers as ngt
-from ngnn.cli import build_model
+from ngnn.recipes import build_model
 from ngnn.recipes import recipe
 from ngnn.train import Trainer
 

@@ -43,13 +43,14 @@ from scipy.stats import kendalltau  # noqa: E402
 
 from ngnn import simulate  # noqa: E402
 from ngnn import transformers as ngt  # noqa: E402
-from ngnn.cli import _fill_defaults, load_dataset, make_parser, make_trainer  # noqa: E402
+from ngnn.cli import make_parser  # noqa: E402
+from ngnn.recipes import fill_defaults, load_dataset, make_trainer  # noqa: E402
 
 
 def cli_args(model, nodes, policy=None):
     argv = ["bench", "--model", model, "--dataset", "rmat", "--num-nodes", str(nodes)]
     args = make_parser().parse_args(argv + (["--partition", policy] if policy else []))
-    _fill_defaults(args)
+    fill_defaults(args)
     args.backend = "numpy"
     return args
 

@@ -9,92 +9,19 @@
     ngnn profile --model gat --dataset cora --backend gpu
 """
 import argparse
-import dataclasses
 import os
 import sys
 import time
 
 import numpy as np
 
-MODELS = ("gcn", "gat", "sage", "gin", "appnp", "gcnii", "rgcn")
-SYNTHETIC = ("sbm", "rmat")
-SPARSE_CHOICES = {"auto": None, "on": True, "off": False}
-
-def build_model(name, data, hidden, heads, dropout, seed, attn_dropout=None, num_layers=None,
-                num_bases=None):
-    from ngnn import nn
-    if name == "appnp":
-        return nn.APPNP(data.num_features, hidden, data.num_classes, dropout=dropout,
-                        seed=seed)
-    if name == "gcnii":
-        return nn.GCNII(data.num_features, hidden, data.num_classes, num_layers=num_layers,
-                        dropout=dropout, seed=seed)
-    if name == "rgcn":
-        if data.graph.edge_type is None:
-            raise ValueError(f"rgcn needs a dataset with relation-typed edges (aifb, "
-                             f"mutag_rdf); {data.name} has none")
-        return nn.RGCN(data.num_features, hidden, data.num_classes,
-                       num_relations=data.graph.num_relations, num_bases=num_bases or None,
-                       dropout=dropout, seed=seed)
-    if name == "gcn":
-        return nn.GCN(data.num_features, hidden, data.num_classes, dropout=dropout, seed=seed)
-    if name == "gat":
-        return nn.GAT(data.num_features, hidden=hidden, heads=heads,
-                      num_classes=data.num_classes, dropout=dropout, seed=seed,
-                      attn_dropout=attn_dropout)
-    if name == "sage":
-        return nn.GraphSAGE(data.num_features, hidden, data.num_classes, dropout=dropout,
-                            seed=seed)
-    return nn.GIN(data.num_features, hidden, data.num_classes, dropout=dropout, seed=seed)
+from ngnn.recipes import (GRAPH_MODELS, MODELS, SPARSE_CHOICES, SYNTHETIC, build_encoder,
+                          build_graph_model, fill_defaults, load_dataset, make_trainer)
 
 
 def dataset_choices():
     from ngnn import datasets
     return datasets.names() + list(SYNTHETIC)
-
-
-def load_dataset(args):
-    from ngnn import datasets
-    if args.dataset in SYNTHETIC:
-        return datasets.synthetic(args.dataset, args.num_nodes, args.avg_degree,
-                                  args.num_features, args.num_classes, seed=args.data_seed)
-    return datasets.load(args.dataset)
-
-
-def make_trainer(args, data, seed, transformer=None, comm=None):
-    """The Trainer the command line builds; with `args.part` set, the DistributedTrainer of
-    that part (over `comm`, default MPI's world)."""
-    from ngnn import optim
-    from ngnn.train import Trainer
-    from ngnn import transformers as ngt
-    if transformer is None:
-        options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
-                   if getattr(args, key, None)}
-        # The command line trains reproducibly: sums accumulate in float64, so K ranks give
-        # one process's weights bit for bit (docs/distributed.md, "What is exact").
-        transformer = ngt.make_transformer(
-            args.backend, wide_accumulation=not getattr(args, "float32_sums", False),
-            **options)
-    model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed,
-                        getattr(args, "attn_dropout", None), getattr(args, "num_layers", None),
-                        getattr(args, "num_bases", None))
-    weight_decay = args.weight_decay
-    if args.model == "gcnii":
-        weight_decay = model.weight_decays(conv=args.conv_weight_decay, dense=weight_decay)
-    elif args.model == "appnp":
-        weight_decay = model.weight_decays(first=weight_decay)
-    optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=weight_decay)
-    if getattr(args, "part", None) is not None:
-        from ngnn.distributed import DistributedTrainer
-        return DistributedTrainer(model, data, args.part, optimizer, backend=args.backend,
-                                  seed=seed, normalize=args.normalize_features,
-                                  transformer=transformer,
-                                  sparse=SPARSE_CHOICES[args.sparse_features], comm=comm)
-    minibatch = {key: getattr(args, key, None)
-                 for key in ("batch_size", "fanouts", "eval_fanouts")}
-    return Trainer(model, data, optimizer, backend=args.backend, seed=seed,
-                   normalize=args.normalize_features, transformer=transformer,
-                   sparse=SPARSE_CHOICES[args.sparse_features], **minibatch)
 
 
 def fanout_list(text):
@@ -189,24 +116,9 @@ def cmd_train(args):
 
 # ---- graph classification (ngnn/graph_train.py) -----------------------------------------
 
-GRAPH_MODELS = ("gin", "gcn")
-# The GIN paper's settings (Xu et al. 2019): 5 layers counting the input, hidden 64 (its
-# grid: 16 or 32 for the bio datasets, 64 for social), batch 32, dropout 0.5 before each
-# readout's linear map, Adam lr 0.01 (without the paper's halving every 50 epochs), 350 epochs.
-GRAPH_DEFAULTS = dict(hidden=64, dropout=0.5, lr=0.01, weight_decay=0.0, epochs=350)
-
-
 def graph_dataset_choices():
     from ngnn import datasets
     return datasets.graph_names()
-
-
-def build_graph_model(name, data, hidden, dropout, seed):
-    from ngnn import nn
-    if name == "gin":
-        return nn.GINGraph(data.num_features, hidden, data.num_classes, dropout=dropout,
-                           seed=seed)
-    return nn.GCNGraph(data.num_features, hidden, data.num_classes, dropout=dropout, seed=seed)
 
 
 def cmd_train_graph(args):
@@ -273,24 +185,10 @@ def _run_path(path, run, runs):
 
 # ---- link prediction (--task link) -----------------------------------------------------------
 
-# The GAE paper's setting (Kipf & Welling 2016): a GCN encoder of 32 hidden and 16 latent
-# features, no dropout or weight decay, Adam with lr 0.01 for 200 epochs, raw features.
-LINK_DEFAULTS = dict(hidden=32, latent=16, dropout=0.0, lr=0.01, weight_decay=0.0, epochs=200,
-                     decoder="dot", neg_ratio=1.0, split_seed=0)
 LINK_ONLY = ("latent", "decoder", "neg_ratio", "split_seed")
 # Options of node classification that link training does not take.
 NOT_FOR_LINKS = ("patience", "save", "plot", "batch_size", "fanouts", "eval_fanouts",
                  "partition", "partition_dir")
-
-
-def fill_link_defaults(args):
-    for key, value in LINK_DEFAULTS.items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if args.heads is None:
-        args.heads = 8 if args.model == "gat" else 1      # the GAT paper's first layer
-    if args.normalize_features is None:                   # GAE feeds raw features
-        args.normalize_features = False
 
 
 def refuse_link_options(args):
@@ -298,20 +196,6 @@ def refuse_link_options(args):
     if given:
         raise ValueError(f"--{given[0].replace('_', '-')} is an option of link prediction; "
                          "add --task link")
-
-
-def build_encoder(args, data, seed):
-    """The node model of --model, with --latent output features."""
-    from ngnn import nn
-    common = dict(dropout=args.dropout, seed=seed)
-    if args.model == "gcn":
-        return nn.GCN(data.num_features, args.hidden, args.latent, **common)
-    if args.model == "gat":
-        return nn.GAT(data.num_features, hidden=args.hidden, heads=args.heads,
-                      num_classes=args.latent, **common)
-    if args.model == "sage":
-        return nn.GraphSAGE(data.num_features, args.hidden, args.latent, **common)
-    return nn.GIN(data.num_features, args.hidden, args.latent, **common)
 
 
 def cmd_train_link(args):
@@ -906,52 +790,15 @@ def _add_profile_parser(sub, datasets, backends):
     profile.set_defaults(func=cmd_profile)
 
 
-def _fill_defaults(args):
-    """Options left out take the defaults of the task: for node classification the recipe
-    of the model and dataset (ngnn/recipes.py; `args.recipe` describes the values used,
-    naming those given on the command line)."""
-    task = getattr(args, "task", "node")
-    if task == "link":
-        return fill_link_defaults(args)
-    if task == "graph":
-        for key, value in GRAPH_DEFAULTS.items():
-            if getattr(args, key, None) is None:
-                setattr(args, key, value)
-        return
-    from ngnn.recipes import recipe
-    chosen = recipe(args.model, args.dataset)
-    given = []
-    for field in dataclasses.fields(chosen):
-        if field.name == "source" or not hasattr(args, field.name):
-            continue
-        if getattr(args, field.name) is None:
-            setattr(args, field.name, getattr(chosen, field.name))
-        elif getattr(args, field.name) != getattr(chosen, field.name):
-            given.append(field.name)
-    used = dataclasses.replace(chosen, **{f.name: getattr(args, f.name)
-                                          for f in dataclasses.fields(chosen)
-                                          if f.name != "source" and hasattr(args, f.name)})
-    if getattr(args, "patience", None) == 0:       # --patience 0: no early stopping
-        used = dataclasses.replace(used, patience=None)
-        args.patience = None
-    if args.model == "gat":
-        args.attn_dropout = used.attention_dropout()
-    elif getattr(args, "attn_dropout", None) is not None:
-        raise ValueError("--attn-dropout applies to gat only")
-    args.recipe = used.describe(args.model, args.dataset) + \
-        (f"; from the command line: {', '.join(n.replace('_', ' ') for n in given)}"
-         if given else "")
-
-
 def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
     if distributed(args):
         from ngnn.distributed.launch import run_on_ranks
-        return run_on_ranks(args.command, lambda: _fill_defaults(args) or args.func(args))
+        return run_on_ranks(args.command, lambda: fill_defaults(args) or args.func(args))
     try:
         if hasattr(args, "model"):
-            _fill_defaults(args)
+            fill_defaults(args)
         return args.func(args)
     except (ValueError, RuntimeError, OSError, ImportError, FloatingPointError,
             MemoryError) as err:

@@ -439,9 +439,9 @@ def test_train_task_link_prints_auc_and_ap(capsys):
                                                True),
                                               (["--no-normalize-features"], False)])
 def test_features_are_normalized_but_for_links_unless_asked(argv, normalized):
-    from ngnn import cli
+    from ngnn import cli, recipes
     args = cli.make_parser().parse_args(["train", *argv])
-    cli._fill_defaults(args)
+    recipes.fill_defaults(args)
     assert args.normalize_features is normalized
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from ngnn import recipes
-from ngnn.cli import _fill_defaults, load_dataset, main, make_parser, make_trainer
+from ngnn.cli import main, make_parser
+from ngnn.recipes import fill_defaults, load_dataset, make_trainer
 from ngnn.train import normalize_features
 
 
@@ -37,7 +38,7 @@ def test_shchur_recipes_are_the_papers_configurations():
 
 def args_for(*argv):
     args = make_parser().parse_args(["train", *argv])
-    _fill_defaults(args)
+    fill_defaults(args)
     return args
 
 

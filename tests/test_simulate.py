@@ -11,7 +11,8 @@ import pytest
 
 import ngnn as ng
 from ngnn import simulate
-from ngnn.cli import _fill_defaults, load_dataset, main, make_parser, make_trainer
+from ngnn.cli import main, make_parser
+from ngnn.recipes import fill_defaults, load_dataset, make_trainer
 from ngnn.distributed.exchange import LONGEST_PAUSE
 from ngnn.op_graph import Aggregate, AllReduce, Placeholder
 
@@ -30,7 +31,7 @@ def topology():
 
 def trainer_for(model, transformer_factory):
     args = make_parser().parse_args(["bench", "--model", model, *SBM])
-    _fill_defaults(args)
+    fill_defaults(args)
     args.backend = "numpy"
     return make_trainer(args, load_dataset(args), 0, transformer=transformer_factory())
 
@@ -77,7 +78,7 @@ def test_a_numpy_group_pays_per_block():
     """Smaller blocks: the same work in more statements, each paying the call overhead."""
     from ngnn import transformers as ngt
     args = make_parser().parse_args(["bench", "--model", "gat", *SBM])
-    _fill_defaults(args)
+    fill_defaults(args)
     costs = []
     for block_bytes in (8 << 20, 2048):
         transformer = ngt.make_transformer("numpy", fusion_block_bytes=block_bytes)
@@ -92,7 +93,7 @@ def test_more_edges_cost_more():
     def predicted(degree):
         args = make_parser().parse_args(["bench", "--model", "gcn", "--dataset", "sbm",
                                          "--num-nodes", "300", "--avg-degree", str(degree)])
-        _fill_defaults(args)
+        fill_defaults(args)
         from ngnn import transformers as ngt
         trainer = make_trainer(args, load_dataset(args), 0,
                                transformer=ngt.make_transformer("numpy"))
@@ -103,7 +104,7 @@ def test_more_edges_cost_more():
 def test_a_fused_group_is_priced_once():
     from ngnn import transformers as ngt
     args = make_parser().parse_args(["bench", "--model", "gat", *SBM])
-    _fill_defaults(args)
+    fill_defaults(args)
     trainer = make_trainer(args, load_dataset(args), 0, transformer=ngt.make_transformer("numpy"))
     comp = trainer.train_step
     report = simulate.predict(comp, topology())
@@ -297,7 +298,7 @@ def test_every_step_run_is_priced_and_every_priced_step_runs(tmp_path_factory):
     for model in ("gcn", "gat"):
         args = make_parser().parse_args(["bench", "--model", model, "--dataset", "rmat",
                                          "--num-nodes", "5000"])
-        _fill_defaults(args)
+        fill_defaults(args)
         trainer = make_trainer(args, load_dataset(args), 0,
                                transformer=ngt.make_transformer("numpy"))
         trainer.step()
@@ -324,7 +325,7 @@ def test_a_fused_groups_price_follows_its_counts(model):
     def fused(num_nodes):
         args = make_parser().parse_args(["bench", "--model", model, "--dataset", "rmat",
                                          "--num-nodes", str(num_nodes)])
-        _fill_defaults(args)
+        fill_defaults(args)
         data = load_dataset(args)
         trainer = make_trainer(args, data, 0, transformer=ngt.make_transformer("numpy"))
         report = simulate.predict(trainer.train_step, topology_)
@@ -348,7 +349,7 @@ def test_ranks_are_predicted_from_their_own_computations(tmp_path_factory):
     pytest.importorskip("mpi4py")
     from ngnn import transformers as ngt
     args = make_parser().parse_args(["bench", "--model", "gcn", *SBM])
-    _fill_defaults(args)
+    fill_defaults(args)
     data = load_dataset(args)
 
     def build(part, comm):
@@ -446,7 +447,7 @@ def test_a_block_with_edge_arrays_reads_the_busy_curves():
     busy_groups = {}
     for model in ("gcn", "gat"):
         args = make_parser().parse_args(["bench", "--model", model, *SBM])
-        _fill_defaults(args)
+        fill_defaults(args)
         transformer = ngt.make_transformer("numpy")
         trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
         trainer.train_step.transform()
@@ -710,7 +711,7 @@ def test_a_narrower_product_never_costs_more_than_a_wider_one():
 def two_ranks(model="gcn"):
     from ngnn import transformers as ngt
     args = make_parser().parse_args(["bench", "--model", model, *SBM])
-    _fill_defaults(args)
+    fill_defaults(args)
     data = load_dataset(args)
 
     def build(part, comm):
