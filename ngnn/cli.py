@@ -15,8 +15,9 @@ import time
 
 import numpy as np
 
-from ngnn.recipes import (GRAPH_MODELS, MODELS, SPARSE_CHOICES, SYNTHETIC, build_encoder,
-                          build_graph_model, fill_defaults, load_dataset, make_trainer)
+from ngnn.recipes import (GRAPH_MODELS, MODELS, SPARSE_CHOICES, SYNTHETIC, fill_defaults,
+                          graph_batch_size, load_dataset, make_graph_trainer,
+                          make_link_trainer, make_trainer, run_transformer)
 
 
 def dataset_choices():
@@ -127,7 +128,7 @@ def cmd_train_graph(args):
     folds at the epoch where the mean is best."""
     from ngnn import datasets
     from ngnn import transformers as ngt
-    from ngnn.graph_train import GraphTrainer, cross_validate, summarize
+    from ngnn.graph_train import cross_validate, summarize
     if args.task != "graph" or args.dataset not in graph_dataset_choices():
         raise ValueError(f"{args.dataset} is a {'graph' if args.task == 'node' else 'node'}-"
                          f"classification dataset; --task {args.task} needs one of "
@@ -140,7 +141,7 @@ def cmd_train_graph(args):
     folds = data.cross_validation(args.folds, seed=args.seed)
     source = "DGCNN's published folds" if data.folds is not None and \
         args.folds == len(data.folds) else f"stratified folds drawn with seed {args.seed}"
-    batch_size = args.batch_size or 32
+    batch_size = graph_batch_size(args)
     print(f"model {args.model} (graph): hidden {args.hidden}, dropout {args.dropout}, lr "
           f"{args.lr}, weight decay {args.weight_decay}, {args.epochs} epochs, batches of "
           f"{batch_size} graphs, {args.folds}-fold cross-validation ({source}), backend "
@@ -148,10 +149,7 @@ def cmd_train_graph(args):
     transformer = ngt.make_transformer(args.backend,
                                        wide_accumulation=not args.float32_sums)
     try:
-        model = build_graph_model(args.model, data, args.hidden, args.dropout, args.seed)
-        trainer = GraphTrainer(model, data, batch_size=batch_size, lr=args.lr,
-                               weight_decay=args.weight_decay, transformer=transformer,
-                               seed=args.seed)
+        trainer = make_graph_trainer(args, data, transformer)
         curves = cross_validate(trainer, folds, args.epochs,
                                 progress=not args.no_progress)
     finally:
@@ -199,9 +197,7 @@ def refuse_link_options(args):
 
 
 def cmd_train_link(args):
-    from ngnn import datasets, nn, optim
-    from ngnn import transformers as ngt
-    from ngnn.link_train import LinkTrainer
+    from ngnn import datasets
     given = [key for key in NOT_FOR_LINKS if getattr(args, key, None)]
     if given:
         raise ValueError(f"--task link does not take --{given[0].replace('_', '-')} (link "
@@ -217,24 +213,12 @@ def cmd_train_link(args):
           f"negatives per link {args.neg_ratio:g}, "
           f"{'normalized' if args.normalize_features else 'raw'} features, backend "
           f"{args.backend}")
-    options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
-               if getattr(args, key, None)}
     results, epoch_times = {"val": [], "test": []}, []
     for run in range(args.runs):
         seed = args.seed + run
-        encoder = build_encoder(args, data, seed)
-        decoder = nn.MLPDecoder(args.latent, args.latent, seed=seed) \
-            if args.decoder == "mlp" else nn.DotDecoder()
-        model = nn.LinkPredictor(encoder, decoder)
-        transformer = ngt.make_transformer(args.backend,
-                                           wide_accumulation=not args.float32_sums, **options)
+        transformer = run_transformer(args)
         try:
-            trainer = LinkTrainer(model, split, optim.Adam(model.parameters(), lr=args.lr,
-                                                           weight_decay=args.weight_decay),
-                                  seed=seed, normalize=args.normalize_features,
-                                  transformer=transformer,
-                                  sparse=SPARSE_CHOICES[args.sparse_features],
-                                  neg_ratio=args.neg_ratio)
+            trainer = make_link_trainer(args, data, split, seed, transformer)
             history = trainer.fit(args.epochs, progress=not args.no_progress)
             per_epoch = trainer.time_per_epoch() if len(history) > 1 else None
             result = trainer.evaluate()

@@ -197,20 +197,25 @@ def load_dataset(args):
     return datasets.load(args.dataset)
 
 
+def run_transformer(args):
+    """The transformer of a node or link run: `args.backend`, with the debug_nans and
+    memory_budget options when given."""
+    from ngnn import transformers as ngt
+    options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
+               if getattr(args, key, None)}
+    # The command line trains reproducibly: sums accumulate in float64, so K ranks give
+    # one process's weights bit for bit (docs/distributed.md, "What is exact").
+    return ngt.make_transformer(
+        args.backend, wide_accumulation=not getattr(args, "float32_sums", False), **options)
+
+
 def make_trainer(args, data, seed, transformer=None, comm=None):
     """The Trainer the command line builds; with `args.part` set, the DistributedTrainer of
     that part (over `comm`, default MPI's world)."""
     from ngnn import optim
     from ngnn.train import Trainer
-    from ngnn import transformers as ngt
     if transformer is None:
-        options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
-                   if getattr(args, key, None)}
-        # The command line trains reproducibly: sums accumulate in float64, so K ranks give
-        # one process's weights bit for bit (docs/distributed.md, "What is exact").
-        transformer = ngt.make_transformer(
-            args.backend, wide_accumulation=not getattr(args, "float32_sums", False),
-            **options)
+        transformer = run_transformer(args)
     model = build_model(args.model, data, args.hidden, args.heads, args.dropout, seed,
                         getattr(args, "attn_dropout", None), getattr(args, "num_layers", None),
                         getattr(args, "num_bases", None))
@@ -240,6 +245,19 @@ GRAPH_MODELS = ("gin", "gcn")
 # grid: 16 or 32 for the bio datasets, 64 for social), batch 32, dropout 0.5 before each
 # readout's linear map, Adam lr 0.01 (without the paper's halving every 50 epochs), 350 epochs.
 GRAPH_DEFAULTS = dict(hidden=64, dropout=0.5, lr=0.01, weight_decay=0.0, epochs=350)
+
+
+def graph_batch_size(args):
+    return args.batch_size or 32        # the GIN paper's
+
+
+def make_graph_trainer(args, data, transformer):
+    """The GraphTrainer of a graph classification run on `data` (a GraphDataset)."""
+    from ngnn.graph_train import GraphTrainer
+    model = build_graph_model(args.model, data, args.hidden, args.dropout, args.seed)
+    return GraphTrainer(model, data, batch_size=graph_batch_size(args), lr=args.lr,
+                        weight_decay=args.weight_decay, transformer=transformer,
+                        seed=args.seed)
 
 
 def build_graph_model(name, data, hidden, dropout, seed):
@@ -280,3 +298,18 @@ def build_encoder(args, data, seed):
     if args.model == "sage":
         return nn.GraphSAGE(data.num_features, args.hidden, args.latent, **common)
     return nn.GIN(data.num_features, args.hidden, args.latent, **common)
+
+
+def make_link_trainer(args, data, split, seed, transformer):
+    """The LinkTrainer of a link run on `data` over its `split` (datasets.link_split): the
+    encoder of --model and the decoder of --decoder, trained with Adam."""
+    from ngnn import nn, optim
+    from ngnn.link_train import LinkTrainer
+    encoder = build_encoder(args, data, seed)
+    decoder = nn.MLPDecoder(args.latent, args.latent, seed=seed) \
+        if args.decoder == "mlp" else nn.DotDecoder()
+    model = nn.LinkPredictor(encoder, decoder)
+    return LinkTrainer(model, split, optim.Adam(model.parameters(), lr=args.lr,
+                                                weight_decay=args.weight_decay),
+                       seed=seed, normalize=args.normalize_features, transformer=transformer,
+                       sparse=SPARSE_CHOICES[args.sparse_features], neg_ratio=args.neg_ratio)
