@@ -317,6 +317,16 @@ def test_cross_entropy_with_mask(transformer_factory, mask_dtype):
     assert_close(out, reference_cross_entropy(logits, labels, mask))
 
 
+def test_cross_entropy_with_a_count_divides_the_masked_sum_by_it(transformer_factory):
+    # A partition's share of the whole graph's mean (ngnn.distributed): its rows' terms
+    # over the count of every partition's masked rows.
+    logits, labels = rand(6, 3, low=-4, high=4), rng.integers(0, 3, 6)
+    mask = np.array([True, False, True, True, False, True])
+    out = run(transformer_factory, lambda x, y, m: ng.cross_entropy(x, y, m, count=10),
+              logits, labels, mask)
+    assert_close(out, reference_cross_entropy(logits, labels, mask) * mask.sum() / 10)
+
+
 def test_cross_entropy_with_empty_mask_is_zero(transformer_factory):
     logits, labels = rand(4, 3), rng.integers(0, 3, 4)
     out = run(transformer_factory, ng.cross_entropy, logits, labels, np.zeros(4, dtype=bool))
