@@ -221,15 +221,13 @@ class Computation:
     def runs_chunked(self):
         """Whether this computation runs chunk by chunk (docs/out_of_core.md)."""
         t = self.transformer
-        if self.stage or self.chunked_program is None or \
-                t.memory_budget is None and t.chunks is None:
+        if self.stage or t.memory_budget is None and t.chunks is None:
             return False
         return self.chunked_program.wanted(self)
 
     @property
     def chunked(self):
-        return self.chunked_program is not None and \
-            isinstance(self.executor, self.chunked_program)
+        return isinstance(self.executor, self.chunked_program)
 
     @property
     def stats(self):
