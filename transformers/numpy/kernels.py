@@ -119,6 +119,25 @@ def log_softmax(x, axis, out):
     return out
 
 
+def relu(x, out):
+    """out = max(x, 0), NaN kept. np.maximum against a zero array of x's shape runs its
+    vectorized loop, three times as fast as against the scalar 0 (NumPy 2.4); the zeros
+    are a view of one calloc'd array that only grows, whose pages are never written."""
+    zeros = _zeros(x.size, x.dtype)
+    return np.maximum(x, zeros[:x.size].reshape(x.shape), out=out)
+
+
+def _zeros(size, dtype):
+    dtype = np.dtype(dtype)
+    zeros = _ZEROS.get(dtype)
+    if zeros is None or zeros.size < size:
+        zeros = _ZEROS[dtype] = np.zeros(max(size, 1 << 16), dtype)
+    return zeros
+
+
+_ZEROS = {}
+
+
 def dropout(x, seed, step, rate, out):
     """out = x * keep / (1 - rate); keep drawn by Philox (ngnn/philox.py) from the seed, the
     call number and each element's flat index."""
