@@ -212,13 +212,35 @@ def dropout(x, seed, stream, rate, out):
     """out = x * mask, the mask over positions 0 .. out.size - 1 (row-major) of call
     `stream`; `out` (contiguous) may be `x`."""
     if out.size <= CHUNK:       # one draw, no chunk loop: a small mask costs microseconds
-        raw = _generator(seed, 0, stream).random_raw(-(-out.size // 8) * 4)
-        keep = raw.view(np.uint32)[:out.size] >= np.uint32(keep_threshold(rate))
-        return _apply(keep.reshape(out.shape), x, rate, out)
+        return _apply(_small_keep(seed, stream, rate, out.size).reshape(out.shape), x,
+                      rate, out)
     source, target = np.broadcast_to(x, out.shape).reshape(-1), out.reshape(-1)
     for start, stop, keep in _keep_chunks(seed, stream, rate, target.size):
         _apply(keep, source[start:stop], rate, target[start:stop])
     return out
+
+
+def _small_keep(seed, stream, rate, size):
+    """The keep bits of a mask of at most CHUNK positions. The last few are kept: a
+    training step draws each forward mask again in its backward pass (RecomputeDropout),
+    which then costs a lookup."""
+    key = (seed, stream, keep_threshold(rate), size)
+    keep = _recent_masks.get(key)
+    if keep is None:
+        raw = _generator(seed, 0, stream).random_raw(-(-size // 8) * 4)
+        keep = raw.view(np.uint32)[:size] >= np.uint32(key[2])
+        keep.flags.writeable = False
+        with _recent_lock:        # ranks may run as threads
+            if len(_recent_masks) >= RECENT_MASKS:
+                del _recent_masks[next(iter(_recent_masks))]
+            _recent_masks[key] = keep
+    return keep
+
+
+# Small masks kept for their recomputation (at most CHUNK bytes each).
+RECENT_MASKS = 16
+_recent_masks = {}
+_recent_lock = threading.Lock()
 
 
 def dropout_at(x, seed, stream, rate, positions, out):
