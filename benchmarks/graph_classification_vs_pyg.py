@@ -24,8 +24,9 @@ Speed: one epoch of training steps over every graph of the dataset (NCI1, the la
 dataset here: 4110 graphs, 122,747 nodes), after a warm-up epoch (ngnn compiles there);
 median of `--epochs` epochs, both sides single-threaded on the CPU (torch.set_num_threads(1),
 OMP/OpenBLAS threads 1 for NumPy), alternating ngnn and PyG epochs so machine load hits
-both alike. ngnn's part includes cutting and loading each batch (GraphLoader), PyG's its
-DataLoader's collation.
+both alike; the wall clock and the process's CPU time of each, and both ratios (on a
+shared machine others' load stretches the wall clock). ngnn's part includes cutting and
+loading each batch (GraphLoader), PyG's its DataLoader's collation.
 """
 import argparse
 import os
