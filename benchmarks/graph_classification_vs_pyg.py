@@ -24,8 +24,9 @@ Speed: one epoch of training steps over every graph of the dataset (NCI1, the la
 dataset here: 4110 graphs, 122,747 nodes), after a warm-up epoch (ngnn compiles there);
 median of `--epochs` epochs, both sides single-threaded on the CPU (torch.set_num_threads(1),
 OMP/OpenBLAS threads 1 for NumPy), alternating ngnn and PyG epochs so machine load hits
-both alike. ngnn's part includes cutting and loading each batch (GraphLoader), PyG's its
-DataLoader's collation.
+both alike; the wall clock and the process's CPU time of each, and both ratios (on a
+shared machine others' load stretches the wall clock). ngnn's part includes cutting and
+loading each batch (GraphLoader), PyG's its DataLoader's collation.
 """
 import argparse
 import os
@@ -184,22 +185,29 @@ def speed(args):
     pyg = PygRun(data, args.hidden, args.seed, args.batch_size)
     pyg.reset()
     times = {"ngnn": [], "pyg": []}
+    cpu = {"ngnn": [], "pyg": []}
     runs = {"ngnn": lambda epoch: trainer.train_epoch(everything, epoch),
             "pyg": lambda epoch: pyg.train_epoch(everything)}
     for epoch in range(args.epochs + 1):
         for side in (("ngnn", "pyg") if epoch % 2 == 0 else ("pyg", "ngnn")):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             runs[side](epoch)
             if epoch:           # epoch 0 warms up (ngnn compiles its step there)
                 times[side].append(time.perf_counter() - start)
+                cpu[side].append(time.process_time() - start_cpu)
     ngnn_time, pyg_time = np.median(times["ngnn"]), np.median(times["pyg"])
+    ngnn_cpu, pyg_cpu = np.median(cpu["ngnn"]), np.median(cpu["pyg"])
     print(f"{data.summary()}; GIN-0 hidden {args.hidden}, batches of {args.batch_size}, one "
           f"thread each; median of {args.epochs} epochs after a warm-up epoch")
-    print(f"ngnn (numpy transformer): {ngnn_time:.2f} s/epoch   "
-          f"(epochs: {', '.join(f'{t:.2f}' for t in times['ngnn'])})")
-    print(f"PyG (DataLoader + GINConv + global_add_pool): {pyg_time:.2f} s/epoch   "
-          f"(epochs: {', '.join(f'{t:.2f}' for t in times['pyg'])})")
-    print(f"speed-up ngnn / PyG: {pyg_time / ngnn_time:.2f}x")
+    for side, label in (("ngnn", "ngnn (numpy transformer)"),
+                        ("pyg", "PyG (DataLoader + GINConv + global_add_pool)")):
+        print(f"{label}: {np.median(times[side]):.2f} s/epoch, CPU "
+              f"{np.median(cpu[side]):.2f} s/epoch   (epochs: "
+              f"{', '.join(f'{t:.2f}' for t in times[side])})")
+    # The process's CPU seconds as well as the wall clock's: on a shared machine a
+    # neighbour's load stretches wall time, not the CPU time each side uses.
+    print(f"speed-up ngnn / PyG: {pyg_time / ngnn_time:.2f}x wall clock, "
+          f"{pyg_cpu / ngnn_cpu:.2f}x CPU time")
     trainer.transformer.close()
 
 

@@ -24,6 +24,9 @@ The definition, shared by all three:
 NumPy's generator increments its 256-bit counter before each block, so the run starting at
 counter c is read from a generator set to c - 1.
 """
+import functools
+import threading
+
 import numpy as np
 
 M0 = 0xD2E7470EE14C6C93
@@ -110,12 +113,26 @@ def words(seed, start, n, stream=0):
 
 def _generator(seed, counter, stream):
     """NumPy's Philox set to give counter (counter, stream, 0, 0) first: it steps its
-    256-bit counter before each block, so it starts one behind."""
+    256-bit counter before each block, so it starts one behind. One generator per thread
+    is reset in place (setting its state costs a tenth of building one, which dominated a
+    small mask's draw); its draws are used before the thread asks for the next."""
     previous = (((stream << 64) | counter) - 1) % 2 ** 256
-    return np.random.Philox(
-        counter=np.array([(previous >> shift) & MASK64 for shift in (0, 64, 128, 192)],
-                         dtype=np.uint64),
-        key=np.array([seed, 0], dtype=np.uint64))
+    cached = getattr(_per_thread, "generator", None)
+    if cached is None:
+        cached = _per_thread.generator = np.random.Philox()
+    cached.state = {"bit_generator": "Philox",
+                    "state": {"counter": np.array([previous & MASK64,
+                                                   (previous >> 64) & MASK64,
+                                                   (previous >> 128) & MASK64,
+                                                   previous >> 192], dtype=np.uint64),
+                              "key": np.array([seed, 0], dtype=np.uint64)},
+                    "buffer": _EMPTY_BUFFER, "buffer_pos": 4, "has_uint32": 0,
+                    "uinteger": 0}
+    return cached
+
+
+_per_thread = threading.local()
+_EMPTY_BUFFER = np.zeros(4, dtype=np.uint64)
 
 
 def words_at(seed, positions, stream=0):
@@ -150,6 +167,7 @@ def uniform_at(seed, positions, stream=0):
     return to_uniform(words_at(seed, positions, stream))
 
 
+@functools.lru_cache(maxsize=64)
 def keep_threshold(rate):
     """The smallest word whose float is >= float32(rate): dropout keeps word >= this."""
     rate = float(np.float32(rate))
@@ -158,6 +176,7 @@ def keep_threshold(rate):
     return int(np.ceil(rate * 2.0 ** 24)) << 8
 
 
+@functools.lru_cache(maxsize=64)
 def keep_scale(rate, dtype):
     """The factor kept elements are multiplied by: 1 / (1 - rate) in `dtype`."""
     return np.dtype(dtype).type(1.0 / (1.0 - rate))
@@ -192,10 +211,36 @@ def keep_bits(seed, stream, rate, out, start=0):
 def dropout(x, seed, stream, rate, out):
     """out = x * mask, the mask over positions 0 .. out.size - 1 (row-major) of call
     `stream`; `out` (contiguous) may be `x`."""
+    if out.size <= CHUNK:       # one draw, no chunk loop: a small mask costs microseconds
+        return _apply(_small_keep(seed, stream, rate, out.size).reshape(out.shape), x,
+                      rate, out)
     source, target = np.broadcast_to(x, out.shape).reshape(-1), out.reshape(-1)
     for start, stop, keep in _keep_chunks(seed, stream, rate, target.size):
         _apply(keep, source[start:stop], rate, target[start:stop])
     return out
+
+
+def _small_keep(seed, stream, rate, size):
+    """The keep bits of a mask of at most CHUNK positions. The last few are kept: a
+    training step draws each forward mask again in its backward pass (RecomputeDropout),
+    which then costs a lookup."""
+    key = (seed, stream, keep_threshold(rate), size)
+    keep = _recent_masks.get(key)
+    if keep is None:
+        raw = _generator(seed, 0, stream).random_raw(-(-size // 8) * 4)
+        keep = raw.view(np.uint32)[:size] >= np.uint32(key[2])
+        keep.flags.writeable = False
+        with _recent_lock:        # ranks may run as threads
+            if len(_recent_masks) >= RECENT_MASKS:
+                del _recent_masks[next(iter(_recent_masks))]
+            _recent_masks[key] = keep
+    return keep
+
+
+# Small masks kept for their recomputation (at most CHUNK bytes each).
+RECENT_MASKS = 16
+_recent_masks = {}
+_recent_lock = threading.Lock()
 
 
 def dropout_at(x, seed, stream, rate, positions, out):

@@ -96,6 +96,7 @@ def test_unary_templates_may_write_over_their_input(name):
     """Buffer sharing may give an element-wise op its input's buffer as `out`: each NumPy
     template (ELU's is two statements) gives the same values written in place as into a
     new array, NaN and infinities included."""
+    from ngnn.transformers.numpy import kernels
     from ngnn.transformers.numpy.codegen import NumPyCodeGenerator
     ours, _ = UNARY[name]
     a = np.concatenate([rand(30, low=0.1, high=3.0) if name in ("log", "sqrt") else rand(30),
@@ -104,7 +105,8 @@ def test_unary_templates_may_write_over_their_input(name):
     results = []
     for out in ("out", "x"):
         lines = NumPyCodeGenerator(None).generate_op(op, out, ["x"])
-        scope = {"np": np, "scipy": scipy, "x": a.copy(), "out": np.empty_like(a)}
+        scope = {"np": np, "scipy": scipy, "K": kernels, "x": a.copy(),
+                 "out": np.empty_like(a)}
         with np.errstate(all="ignore"):
             exec("\n".join(lines), scope)
         results.append(scope[out])

@@ -233,7 +233,7 @@ class Softplus(UnaryOp):
 
 
 class Relu(UnaryOp):
-    numpy = "np.maximum({x}, 0, out={out})"
+    numpy = "K.relu({x}, out={out})"
     c = "(((({x}) > 0.0f) | (({x}) != ({x}))) ? ({x}) : 0.0f)"
 
     def adjoints(self, delta):

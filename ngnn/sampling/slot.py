@@ -61,6 +61,36 @@ class GraphSlot(Graph):
                    self.num_nodes, self.num_dst)
         self.loaded = (graph.num_nodes, graph.num_dst, graph.num_edges)
 
+    def load_grouped(self, src, dst, num_nodes, num_dst, in_eids, out_eids):
+        """`load` for a block whose CSR orders the caller already has (GraphLoader cuts
+        them out of the whole dataset's): edges `src -> dst` with ids in range,
+        `in_eids` (`out_eids`) the edge ids grouped by destination (source), stably; None
+        where the edges already come in that order. Nothing is checked or sorted again,
+        which is most of a small batch's `load`."""
+        spare = self.num_edges - src.shape[0]
+        if not (0 < spare and num_nodes < self.num_nodes and num_dst < self.num_dst or
+                spare == 0 and num_nodes <= self.num_nodes and num_dst <= self.num_dst):
+            raise ValueError(f"GraphSlot.load_grouped: {num_nodes} rows, {num_dst} "
+                             f"destination rows and {src.shape[0]} edges do not fit {self!r}")
+        pad_src, pad_dst = self._padding(num_nodes, num_dst, self.num_nodes, self.num_dst,
+                                         spare)
+        edges = src.shape[0]
+        # Padding edges come ordered by destination; by source only when each padding row
+        # has one at most.
+        pad_out = np.arange(edges, self.num_edges) if spare <= self.num_nodes - num_nodes \
+            else edges + np.argsort(pad_src, kind="stable")
+        src, dst = np.concatenate([src, pad_src]), np.concatenate([dst, pad_dst])
+        order = np.arange(self.num_edges)
+        in_eids = order if in_eids is None else np.concatenate([in_eids, order[edges:]])
+        out_eids = order[:edges] if out_eids is None else out_eids
+        out_eids = np.concatenate([out_eids, pad_out])
+        version, rows, dst_rows = self.version + 1, self.num_nodes, self.num_dst
+        self.__dict__.clear()         # as in _fill: no cache of the old edges survives
+        self._set_edges(src, dst, rows, dst_rows, _groups(dst, in_eids, rows),
+                        _groups(src, out_eids, rows))
+        self.version = version
+        self.loaded = (num_nodes, num_dst, edges)
+
     @staticmethod
     def _padding(rows, dst_rows, num_nodes, num_dst, count):
         """`count` edges from the padding rows [rows, num_nodes) to the padding destination
@@ -83,3 +113,11 @@ class GraphSlot(Graph):
         return (f"GraphSlot(num_nodes={self.num_nodes}, num_dst={self.num_dst}, "
                 f"num_edges={self.num_edges}; loaded {rows} rows, {dst_rows} destination "
                 f"rows, {edges} edges)")
+
+
+def _groups(keys, eids, num_nodes):
+    """(indptr, eids, counts) of edges grouped by `keys` in the order `eids`."""
+    counts = np.bincount(keys, minlength=num_nodes)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, eids, counts

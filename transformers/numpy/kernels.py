@@ -3,6 +3,7 @@
 Every one is vectorized: aggregations are SciPy sparse products or segment reductions
 over the CSR order, never a Python loop over nodes or edges.
 """
+import math
 from collections import OrderedDict
 
 import numpy as np
@@ -21,7 +22,9 @@ except ImportError:        # pragma: no cover - other SciPy layouts
 def view(buffer, shape, dtype):
     """A tensor at offset 0 of a shared uint8 buffer."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    # math.prod, not np.prod: fused groups view their workspace on every call, and
+    # np.prod's dispatch cost more than the view (shapes are ints, so no overflow).
+    nbytes = math.prod(shape) * dtype.itemsize
     return buffer[:nbytes].view(dtype).reshape(shape)
 
 
@@ -117,6 +120,39 @@ def log_softmax(x, axis, out):
     np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
     out -= np.log(np.sum(np.exp(out), axis=axis, keepdims=True))
     return out
+
+
+def relu(x, out):
+    """out = max(x, 0), NaN kept. np.maximum against a zero array of x's shape runs its
+    vectorized loop, three times as fast as against the scalar 0 (NumPy 2.4); the zeros
+    are a view of one calloc'd array that only grows, whose pages are never written."""
+    zeros = _zeros(x.size, x.dtype)
+    return np.maximum(x, zeros[:x.size].reshape(x.shape), out=out)
+
+
+def _zeros(size, dtype):
+    dtype = np.dtype(dtype)
+    zeros = _ZEROS.get(dtype)
+    if zeros is None or zeros.size < size:
+        zeros = _ZEROS[dtype] = np.zeros(max(size, 1 << 16), dtype)
+    return zeros
+
+
+_ZEROS = {}
+
+
+def _ones(size, dtype):
+    """At least `size` ones of `dtype`: the data of an unweighted block's sparse product,
+    kept instead of made on every call."""
+    dtype = np.dtype(dtype)
+    ones = _ONES.get(dtype)
+    if ones is None or ones.size < size:
+        ones = _ONES[dtype] = np.ones(max(size, 1 << 12), dtype)
+        ones.flags.writeable = False
+    return ones
+
+
+_ONES = {}
 
 
 def dropout(x, seed, step, rate, out):
@@ -318,8 +354,9 @@ def gather_sum(x, weight, cols, seg, reduce, out):
     n_v, n_e = len(seg) - 1, len(cols)
     heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
     if heads == 1:
-        data = np.ones(n_e, out.dtype) if weight is None else weight.reshape(n_e)
-        csr_product((n_v, x.shape[0]), seg, cols, np.ascontiguousarray(data), x, out)
+        data = _ones(n_e, out.dtype)[:n_e] if weight is None else \
+            np.ascontiguousarray(weight.reshape(n_e))
+        csr_product((n_v, x.shape[0]), seg, cols, data, x, out)
     else:
         weights = np.ascontiguousarray(weight.reshape(n_e, heads).T)
         per_head = np.empty((heads, n_v, x.shape[2]), out.dtype)

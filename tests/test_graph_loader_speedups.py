@@ -1,0 +1,71 @@
+"""The graph-classification fast paths give what the plain paths give: GraphLoader's batches
+cut out of the dataset's CSR orders (GraphSlot.load_grouped) against BatchSlot.load of
+GraphDataset.batch, and small dropout masks (one reset Philox, kept for recomputation)
+against the chunked draw of the same positions."""
+import numpy as np
+import pytest
+
+from ngnn import datasets, philox
+from ngnn.sampling.graph_loader import GraphLoader
+from ngnn.sampling.slot import GraphSlot
+
+GRAPH_ARRAYS = ("src", "dst", "in_indptr", "in_eids", "in_src", "in_degrees", "out_indptr",
+                "out_eids", "out_dst", "out_degrees")
+
+
+def assert_same_graph(a, b):
+    assert (a.num_nodes, a.num_dst, a.num_edges, a.loaded) == \
+        (b.num_nodes, b.num_dst, b.num_edges, b.loaded)
+    for name in GRAPH_ARRAYS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("data", [datasets.load("mutag"),
+                                  datasets.synthetic_graphs(num_graphs=40, min_nodes=1,
+                                                            max_nodes=9, edge_prob=0.5)],
+                         ids=["mutag", "synthetic"])
+@pytest.mark.parametrize("batch_size", [1, 7, 32])
+def test_cut_batches_equal_the_batched_graphs_loaded(data, batch_size):
+    fast = GraphLoader(data, batch_size=batch_size, seed=3)
+    plain = GraphLoader(data, batch_size=batch_size, seed=3)
+    for epoch in range(2):
+        for ids in fast.split(fast.order(epoch)):
+            fast.load(ids)
+            batch, features = data.batch(ids)
+            plain.slot.load(batch)
+            assert_same_graph(fast.slot.graph, plain.slot.graph)
+            assert_same_graph(fast.slot.readout_graph, plain.slot.readout_graph)
+            assert fast.slot.loaded == ids.size
+            np.testing.assert_array_equal(fast.features[:batch.num_nodes], features)
+            assert not fast.features[batch.num_nodes:].any()
+
+
+def test_load_grouped_refuses_a_block_without_room_for_padding():
+    slot = GraphSlot(4, 3)
+    with pytest.raises(ValueError, match="do not fit"):
+        slot.load_grouped(np.array([0, 1]), np.array([1, 2]), 4, 4, None, None)
+
+
+@pytest.mark.parametrize("shape", [(1,), (33, 64), (7, 5, 3), (philox.CHUNK,)])
+def test_small_dropout_masks_equal_the_chunked_draw(shape):
+    x = np.ones(shape, np.float32)
+    for stream in (0, 5, 2 ** 40):
+        expected = philox.keep_bits(11, stream, 0.5, np.empty(shape, np.bool_)) * \
+            np.float32(2.0)
+        first = philox.dropout(x, 11, stream, 0.5, np.empty_like(x))
+        again = philox.dropout(x, 11, stream, 0.5, np.empty_like(x))   # the kept mask
+        np.testing.assert_array_equal(first, expected)
+        np.testing.assert_array_equal(again, expected)
+        bits = philox.words(11, 0, x.size, stream) >= philox.keep_threshold(0.5)
+        np.testing.assert_array_equal(first.reshape(-1) != 0, bits)
+
+
+def test_kept_masks_tell_rates_and_sizes_apart():
+    x = np.ones(64, np.float32)
+    low = philox.dropout(x, 1, 2, 0.1, np.empty_like(x))
+    high = philox.dropout(x, 1, 2, 0.9, np.empty_like(x))
+    shorter = philox.dropout(x[:40], 1, 2, 0.1, np.empty(40, np.float32))
+    assert np.count_nonzero(low) > np.count_nonzero(high)
+    np.testing.assert_array_equal(shorter != 0, low[:40] != 0)
