@@ -62,12 +62,23 @@ class IRNames:
         return "%" + self.names[op]
 
 
-def op_line(op, names, show_scope, indent="    "):
+def call_text(op, names, show_scope=False):
+    """`divide(%6, %7)`: the op applied to its arguments, as the IR writes it."""
     args = [names[a] for a in op.args]
     args += [f"{k}={attr_text(v)}" for k, v in op.printed_attrs().items()]
     prefix = f"{kind_of(op)}::" if show_scope else ""
     name = "constant" if isinstance(op, Constant) else op.op_name
-    return f"{indent}{names[op]} : {type_text(op, show_scope)} = {prefix}{name}({', '.join(args)})"
+    return f"{prefix}{name}({', '.join(args)})"
+
+
+def op_comment(op, names):
+    """`%8 = divide(%6, %7)`: the IR's statement of `op` without types, as generated code
+    comments the lines computing it."""
+    return f"{names[op]} = {call_text(op, names)}"
+
+
+def op_line(op, names, show_scope, indent="    "):
+    return f"{indent}{names[op]} : {type_text(op, show_scope)} = {call_text(op, names, show_scope)}"
 
 
 def shown_steps(steps):
