@@ -259,13 +259,16 @@ class ModuleWriter:
                                      "landing last")
             self.names[op] = variable
             return
+        note = ""
         if op in self.plan.into_variable:
-            name = self.names[op] = self.name_of(self.plan.into_variable[op])
+            variable = self.plan.into_variable[op]
+            name = self.names[op] = self.name_of(variable)
+            note = f"  # into {self.value_names[variable]}"
         if op in self.plan.slots:
             self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
                                    f"{op.shape}, np.{op.dtype.name})")
         statements = self.codegen.generate_op(op, name, args)
-        statements[-1] += self.comment(op)
+        statements[-1] += self.comment(op) + note
         self.body.extend(statements)
         if self.debug_nans and not isinstance(op, VIEW_OPS):
             self.checked_ops.append(op)
