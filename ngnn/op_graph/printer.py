@@ -65,7 +65,12 @@ class IRNames:
 def call_text(op, names, show_scope=False):
     """`divide(%6, %7)`: the op applied to its arguments, as the IR writes it."""
     args = [names[a] for a in op.args]
-    args += [f"{k}={attr_text(v)}" for k, v in op.printed_attrs().items()]
+    if isinstance(op, Constant) and op.value.ndim == 0:
+        # In its own dtype's shortest digits, as generated code writes it: 0.1, not
+        # 0.10000000149011612 (the float32 nearest 0.1, printed as a float64).
+        args.append(f"value={str(op.value[()])}")
+    else:
+        args += [f"{k}={attr_text(v)}" for k, v in op.printed_attrs().items()]
     prefix = f"{kind_of(op)}::" if show_scope else ""
     name = "constant" if isinstance(op, Constant) else op.op_name
     return f"{prefix}{name}({', '.join(args)})"
