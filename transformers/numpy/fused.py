@@ -18,9 +18,8 @@ import numpy as np
 from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply
 from ngnn.op_graph.printer import IRNames, op_comment
 
-from .codegen import is_scalar_constant
-
 from . import kernels as K
+from .codegen import is_scalar_constant
 
 DEFAULT_BLOCK_BYTES = 8 << 20     # edge intermediates of one block: a few MiB, near cache size
 
