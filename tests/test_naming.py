@@ -5,12 +5,15 @@ scalar constants are literals (ngnn/naming.py)."""
 import re
 
 import numpy as np
+import pytest
 
 import ngnn as ng
 from ngnn import nn, simulate
 from ngnn import transformers as ngt
+from ngnn.cli import make_parser
 from ngnn.naming import value_identifier
 from ngnn.op_graph import Constant, Multiply
+from ngnn.recipes import fill_defaults, load_dataset, make_trainer
 from ngnn.transformers.numpy.codegen import is_scalar_constant
 
 # Lines that name or lay out values rather than compute one: bindings of views into the
@@ -46,10 +49,26 @@ def gat_training_step(transformer):
     return comp
 
 
+def recipe_gat_training_step(transformer):
+    """The training step `ngnn train --model gat` runs (two GATConv layers, feature and
+    attention dropout, cross-entropy, Adam), on a small SBM graph."""
+    args = make_parser().parse_args(["bench", "--model", "gat", "--dataset", "sbm",
+                                     "--num-nodes", "200", "--num-classes", "3"])
+    fill_defaults(args)
+    trainer = make_trainer(args, load_dataset(args), 0, transformer=transformer)
+    trainer.step()
+    return trainer.train_step
+
+
 def written_value(line):
-    """The identifier a statement writes: what it assigns, else its `out=` array."""
-    match = re.match(r"\s*([A-Za-z_]\w*) = ", line)
-    return match.group(1) if match else re.findall(r"out=([A-Za-z_]\w*)", line)[-1]
+    """The identifier a statement writes: what it assigns, its `out=` array, the array
+    np.copyto fills, or the array it fills or sets items of."""
+    for pattern in (r"([A-Za-z_]\w*) = ", r".*out=([A-Za-z_]\w*)", r"np\.copyto\((\w+), ",
+                    r"(\w+)(\.fill\(|\[.*\] = )"):
+        match = re.match(pattern, line)
+        if match:
+            return match.group(1)
+    raise AssertionError(f"writes no value: {line}")
 
 
 def ir_name(identifier):
@@ -59,9 +78,10 @@ def ir_name(identifier):
     return "%" + rest
 
 
-def test_every_statement_of_a_gat_training_step_names_its_value_and_op():
+@pytest.mark.parametrize("build", [gat_training_step, recipe_gat_training_step])
+def test_every_statement_of_a_gat_training_step_names_its_value_and_op(build):
     with ngt.make_transformer("numpy") as t:
-        comp = gat_training_step(t)
+        comp = build(t)
         source, ir = comp.source, comp.ir
     assert comp.fusion_groups
     ir_statements = set(re.findall(r"^\s+(%\w+) : ", ir, flags=re.M))
@@ -78,7 +98,9 @@ def test_every_statement_of_a_gat_training_step_names_its_value_and_op():
                 assert names == ", ".join(comp.value_names[o] for o in group.outputs), line
                 continue
             written = written_value(code)
-            into = re.search(r"# into (%\w+)", comment)
+            # Where the value lands: its own array, or the variable an assignment (or a
+            # value the memory plan computes in place of the variable) writes.
+            into = re.search(r"# into (%\w+)", comment) or re.match(r"assign\((%\w+)", call)
             assert names in ir_statements, line
             assert ir_name(written) == (into.group(1) if into else names), line
         else:

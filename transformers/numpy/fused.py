@@ -172,10 +172,9 @@ class FusedGroupWriter:
         recomputed = set(group.recomputed)
         for op in group.ops:
             if op not in skipped:
-                statements = self.statements(op, local, end)
-                statements[-1] += "  # " + op_comment(op, self.value_names) + \
+                comment = "  # " + op_comment(op, self.value_names) + \
                     ("  # recomputed" if op in recomputed else "")
-                body += ["        " + s for s in statements]
+                body += ["        " + s + comment for s in self.statements(op, local, end)]
         # The views the block's values are written into, bound first, so that each op
         # is one statement below them.
         body[:0] = ["        " + s for s in self.block_views]

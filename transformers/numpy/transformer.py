@@ -267,9 +267,8 @@ class ModuleWriter:
         if op in self.plan.slots:
             self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
                                    f"{op.shape}, np.{op.dtype.name})")
-        statements = self.codegen.generate_op(op, name, args)
-        statements[-1] += self.comment(op) + note
-        self.body.extend(statements)
+        comment = self.comment(op) + note
+        self.body.extend(s + comment for s in self.codegen.generate_op(op, name, args))
         if self.debug_nans and not isinstance(op, VIEW_OPS):
             self.checked_ops.append(op)
             self.body.append(f"K.check_finite(ops[{len(self.checked_ops) - 1}], {name}, "
