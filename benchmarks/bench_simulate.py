@@ -85,7 +85,9 @@ def single_worker(model, nodes, steps):
         times.append(time.perf_counter() - start)
     measured = measure_steps(trainer.train_step, lambda: trainer.step(False),
                              repeats=max(2, steps))
-    graph_ops = [(step_name(s), t) for s, t in measured.items() if not hasattr(s, "args")]
+    names = trainer.train_step.value_names
+    graph_ops = [(step_name(s, names), t) for s, t in measured.items()
+                 if not hasattr(s, "args")]
     trainer.transformer.close()
     print(json.dumps({"fastest": min(times), "median": float(np.median(times)),
                       "ops": graph_ops}), flush=True)

@@ -4,6 +4,13 @@ Generated code owns its namespace: a name made from a user's name always starts 
 prefix that the generator's own names never start with (`t_` for tensors in NumPy modules,
 `in_` for kernel parameters, a template prefix for kernel names), so no user name can
 shadow, or be shadowed by, a name the generator uses, whatever the user calls a tensor.
+
+A value has one name from the IR to the generated code: the IR's `%id` (`%8`, or the
+user's name, `%alpha`, made unique by the IR) is `<role>_id` in Python (`value_identifier`):
+`t_8` the tensor, `b_8` its rows in a fused group's block, `w_8` the workspace array
+those rows live in (`VALUE_ROLES`). The IR's ids are unique and a role is the text before
+the first `_`, so the map is one-to-one; and no name of the generator's own (`g0`, `v0`,
+`seg`, `n_e`, `workspace`, ...) starts with a role and `_`, so none collides with a value's.
 """
 import keyword
 import re
@@ -34,3 +41,21 @@ class Namer:
             candidate = f"{base}_{n}"
         self.taken.add(candidate)
         return candidate
+
+
+# What a per-value identifier in generated NumPy code stands for (value_identifier).
+VALUE_ROLES = {
+    "t": "the tensor",
+    "b": "its rows in a fused group's block",
+    "w": "the workspace array its block rows live in",
+    "k": "a dropout's keep bits",
+    "h": "a node tensor copied head by head for a sparse product",
+    "wh": "the workspace array of that copy",
+}
+
+
+def value_identifier(ir_name, role="t"):
+    """The Python identifier of the IR's value `ir_name` (`%8` -> `t_8`, `%alpha` ->
+    `t_alpha`) in one of its `VALUE_ROLES`."""
+    assert role in VALUE_ROLES, role
+    return f"{role}_{ir_name[1:]}"

@@ -109,7 +109,7 @@ def test_block_values_are_written_into_one_workspace_made_at_bind():
     assert not any("np.empty(" in line for loop in loops for line in loop)
     assert any("out=w_" in line for loop in loops for line in loop)
     # The per-head copies of the products' sources, made once a call, are in it too.
-    copies = re.findall(r"(\w+)_by_head = K\.by_head\(\w+, \d+, (\w+)\)", source)
+    copies = re.findall(r"(h_\w+) = K\.by_head\(\w+, \d+, (\w+)\)", source)
     assert copies and all(f"    {buffer} = K.view(workspace[" in source
                           for _, buffer in copies)
 

@@ -114,7 +114,8 @@ def test_a_fused_group_is_priced_once():
     assert sorted(step.name for step in fused) == sorted(group.name for group in groups)
     plain = {step.name for step in report.ops if step.kind != "fused"}
     for group in groups:
-        assert not plain & {simulate.simulator.step_name(op) for op in group.core}
+        assert not plain & {simulate.simulator.step_name(op, comp.value_names)
+                          for op in group.core}
 
 
 def test_the_trace_is_chrome_json_with_one_event_per_step(tmp_path, transformer_factory):
@@ -305,7 +306,8 @@ def test_every_step_run_is_priced_and_every_priced_step_runs(tmp_path_factory):
         report = simulate.predict(trainer.train_step, topology_)
         measured = measure_steps(trainer.train_step, lambda: trainer.step(False), repeats=1)
         predicted = {step.name: step.seconds for step in report.ops}
-        assert {simulate.simulator.step_name(s) for s in measured} == set(predicted)
+        names = trainer.train_step.value_names
+        assert {simulate.simulator.step_name(s, names) for s in measured} == set(predicted)
         assert all(seconds > 0 for seconds in predicted.values())
         assert any(not hasattr(s, "args") for s in measured)       # fused groups ran
         trainer.transformer.close()

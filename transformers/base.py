@@ -199,6 +199,8 @@ class Computation:
             late_pass.do_pass(self)
             self._record(type(late_pass).__name__, self.steps)
         self.variables = [op for op in self.ordered_ops if isinstance(op, Variable)]
+        if self._memory_plan is not None:
+            self._memory_plan.names = self.value_names
 
     def transform(self):
         if self.transformed:
@@ -262,6 +264,9 @@ class Computation:
         steps = ordered_ops(self.results) if steps is None else steps
         names = IRNames()     # shared, so the picture names values as the text does
         self.ir_history.append((pass_name, self._format_ir(steps, names)))
+        # The last record's are the planned steps' names: the generated code, the memory
+        # plan and the simulator name every value as the IR does (ngnn/naming.py).
+        self.value_names = names
         self.ir_snapshots.append(
             (pass_name, Snapshot(self.name, steps, self.results, self.parameters, names)))
 
@@ -634,7 +639,7 @@ class Transformer:
         return not self.debug_nans     # the NaN finder reports the inputs after the op
 
     def format_ir(self, computation):
-        return computation._format_ir(computation.steps)
+        return computation._format_ir(computation.steps, computation.value_names)
 
     def allocate_variable(self, variable):
         raise TypeError(f"{type(self).__name__} must implement allocate_variable()")

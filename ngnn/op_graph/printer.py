@@ -62,12 +62,28 @@ class IRNames:
         return "%" + self.names[op]
 
 
-def op_line(op, names, show_scope, indent="    "):
+def call_text(op, names, show_scope=False):
+    """`divide(%6, %7)`: the op applied to its arguments, as the IR writes it."""
     args = [names[a] for a in op.args]
-    args += [f"{k}={attr_text(v)}" for k, v in op.printed_attrs().items()]
+    if isinstance(op, Constant) and op.value.ndim == 0:
+        # In its own dtype's shortest digits, as generated code writes it: 0.1, not
+        # 0.10000000149011612 (the float32 nearest 0.1, printed as a float64).
+        args.append(f"value={str(op.value[()])}")
+    else:
+        args += [f"{k}={attr_text(v)}" for k, v in op.printed_attrs().items()]
     prefix = f"{kind_of(op)}::" if show_scope else ""
     name = "constant" if isinstance(op, Constant) else op.op_name
-    return f"{indent}{names[op]} : {type_text(op, show_scope)} = {prefix}{name}({', '.join(args)})"
+    return f"{prefix}{name}({', '.join(args)})"
+
+
+def op_comment(op, names):
+    """`%8 = divide(%6, %7)`: the IR's statement of `op` without types, as generated code
+    comments the lines computing it."""
+    return f"{names[op]} = {call_text(op, names)}"
+
+
+def op_line(op, names, show_scope, indent="    "):
+    return f"{indent}{names[op]} : {type_text(op, show_scope)} = {call_text(op, names, show_scope)}"
 
 
 def shown_steps(steps):

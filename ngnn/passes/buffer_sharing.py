@@ -1,6 +1,7 @@
 """BufferSharing: liveness over the ordered ops, then buffers reused when lifetimes don't
 overlap, and element-wise ops written in place over an argument that dies with them."""
 from ..op_graph import Assign, ElementWise, Op
+from ..op_graph.printer import IRNames
 from .base import GraphPass
 
 
@@ -14,6 +15,9 @@ class MemoryPlan:
         self.buffer_bytes = []
         self.inplace = set()
         self.into_variable = {}     # value op -> variable it is written into directly
+        # The IR's names of values (printer.IRNames), given by the computation once its
+        # steps are planned, so the plan names values as the IR and the generated code do.
+        self.names = IRNames()
 
     @property
     def peak_bytes(self):
@@ -24,7 +28,7 @@ class MemoryPlan:
         lines = [f"memory plan: {len(self.buffer_bytes)} buffers, {self.peak_bytes} bytes"]
         for i, nbytes in enumerate(self.buffer_bytes):
             users = [op for op, b in self.slots.items() if b == i]
-            names = ", ".join(op.name or f"{op.op_name}#{op.id}" for op in users)
+            names = ", ".join(self.names[op] for op in users)
             lines.append(f"  buffer {i}: {nbytes} bytes <- {names}")
         return "\n".join(lines)
 

@@ -68,10 +68,12 @@ class Report:
                 f"{1e3 * self.step_time:.3f} ms/step, peak {self.peak_bytes} bytes>")
 
 
-def step_name(step):
+def step_name(step, names):
+    """A step as the IR names it: a group by its name, an op by its value's (`%8`, or the
+    user's `%alpha`); `names` is the computation's `value_names`."""
     if is_group(step):
-        return step.name or f"kernel {step_name(step.outputs[0])}"
-    return step.name or f"{step.op_name}#{step.id}"
+        return step.name or f"kernel {names[step.outputs[0]]}"
+    return names[step]
 
 
 def predict(comp, topology, rank=None):
@@ -93,8 +95,10 @@ def predict(comp, topology, rank=None):
         cost = step_cost(step, device, topology, rank, views, plan)
         if plan is not None:
             plan.ran(step, cost)
-        members = [step_name(op) for op in step.ops] if is_group(step) else [step_name(step)]
-        ops.append(StepPrediction(step_name(step), cost, clock, members))
+        names = comp.value_names
+        members = [step_name(op, names) for op in step.ops] if is_group(step) else \
+            [step_name(step, names)]
+        ops.append(StepPrediction(step_name(step, names), cost, clock, members))
         clock += cost.seconds
     return Report(comp.name, ops, comp.memory_plan.peak_bytes, topology, device, rank)
 

@@ -6,7 +6,7 @@ more than a template have a `generate_op` method here, chosen by op type.
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
-from ngnn.op_graph import (AllReduce, Aggregate, Concat, Dropout, EdgeSoftmax, Gather, LogSoftmax,
+from ngnn.op_graph import (AllReduce, Aggregate, Concat, Constant, Dropout, EdgeSoftmax, Gather, LogSoftmax,
                            MasterBroadcast, MirrorReduce, Op, OneHot, Softmax, SparseDot,
                            SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
@@ -125,10 +125,17 @@ class NumPyCodeGenerator(TypeDispatched):
 
 
 def literal(value, dtype):
-    """A scalar as source text that keeps its dtype (np.float32(0.5), not 0.5)."""
-    value = np.asarray(value, dtype=dtype).item()
+    """A scalar as source text that keeps its dtype and prints the shortest digits that
+    round-trip in it (np.float32(0.8), not 0.8 or np.float32(0.800000011920929))."""
+    dtype = np.dtype(dtype)
+    value = dtype.type(np.asarray(value, dtype=dtype).item())
     if dtype == np.bool_:
-        return f"np.bool_({value})"
-    if isinstance(value, float) and not np.isfinite(value):
+        return f"np.bool_({bool(value)})"
+    if dtype.kind == "f" and not np.isfinite(value):
         return f"np.{dtype.name}({str(value)!r})"
-    return f"np.{np.dtype(dtype).name}({value!r})"
+    return f"np.{dtype.name}({str(value)})"
+
+
+def is_scalar_constant(op):
+    """A constant of one value, written as a literal where it is read."""
+    return isinstance(op, Constant) and op.value.ndim == 0

@@ -16,8 +16,10 @@ import re
 import numpy as np
 
 from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply
+from ngnn.op_graph.printer import IRNames, op_comment
 
 from . import kernels as K
+from .codegen import is_scalar_constant
 
 DEFAULT_BLOCK_BYTES = 8 << 20     # edge intermediates of one block: a few MiB, near cache size
 
@@ -61,9 +63,11 @@ def csr_ordered_values(writers, plain_ops, results):
 
 
 class FusedGroupWriter:
-    def __init__(self, group, names, codegen, graph_ref, block_bytes=DEFAULT_BLOCK_BYTES):
+    def __init__(self, group, names, codegen, graph_ref, block_bytes=DEFAULT_BLOCK_BYTES,
+                 value_names=None):
         self.group = group
-        self.names = names            # op -> name in the generated module
+        self.names = names            # op -> name in the generated module (`t_8`)
+        self.value_names = value_names or IRNames()     # op -> the IR's name (`%8`)
         self.codegen = codegen
         self.g = graph_ref("graph", group.graph)
         self.block_bytes = block_bytes
@@ -91,11 +95,11 @@ class FusedGroupWriter:
     def scratch_rows(self, op, name):
         """The rows of the block value `name` of `op`, in the group's workspace array; over
         a varying graph, a block longer than the workspace gets an array of its own."""
-        rows = "n_e" if op.scope == "e" else "n_v"
-        self.scratch["w" + name[1:]] = (rows, op.shape, op.dtype)
+        rows, array = "n_e" if op.scope == "e" else "n_v", "w" + name[1:]
+        self.scratch[array] = (rows, op.shape, op.dtype)
         if self.group.graph.varies:
-            return f"K.block_array(w{name[1:]}, {rows})"
-        return f"w{name[1:]}[:{rows}]"
+            return f"K.block_array({array}, {rows})"
+        return f"{array}[:{rows}]"
 
     def workspace_layout(self):
         """Lines making the group's workspace arrays, laid out one after another (64-byte
@@ -134,7 +138,7 @@ class FusedGroupWriter:
     def function(self):
         """Lines of the nested function that runs the group, and the line calling it."""
         g, group = self.g, self.group
-        params = [self.names[a] for a in group.inputs] + ["step"]
+        params = [self.names[a] for a in group.inputs if not is_scalar_constant(a)] + ["step"]
         end = "dst" if group.at == "dst" else "src"
         other = "src" if end == "dst" else "dst"
         csr = "in" if end == "dst" else "out"
@@ -157,16 +161,23 @@ class FusedGroupWriter:
             if isinstance(op, Dropout):
                 mask = (op.seed, op.rate, op.shape, op.rows)
                 if mask not in drawn:
-                    drawn[mask] = f"{self.names[op]}_keep"
+                    drawn[mask] = "k" + self.names[op][1:]
                     keyed = "" if op.rows is None else "_rows"
                     rows = "" if op.rows is None else f", {self.codegen.mask_rows(op)}"
                     lines.append(f"    {drawn[mask]} = K.dropout_keep{keyed}({op.seed}, "
-                                 f"step, {op.rate!r}, {op.shape}{rows})")
+                                 f"step, {op.rate!r}, {op.shape}{rows})  "
+                                 f"# keep bits of {self.value_names[op]}")
                 self.keep_names[op] = drawn[mask]
-        local, body = {}, []
+        local, body, self.block_views = {}, [], []
+        recomputed = set(group.recomputed)
         for op in group.ops:
             if op not in skipped:
-                body += ["        " + s for s in self.statements(op, local, end)]
+                comment = "  # " + op_comment(op, self.value_names) + \
+                    ("  # recomputed" if op in recomputed else "")
+                body += ["        " + s + comment for s in self.statements(op, local, end)]
+        # The views the block's values are written into, bound first, so that each op
+        # is one statement below them.
+        body[:0] = ["        " + s for s in self.block_views]
         for op in group.outputs:
             if not (isinstance(op, Aggregate) and op.at == end):
                 body.append(f"        {self.stored_rows(op)} = {local[op]}")
@@ -213,10 +224,10 @@ class FusedGroupWriter:
         name = self.names[x]
         if heads == 1:
             return name, f"np.ascontiguousarray({name})"
-        copy = f"w{name[1:]}_by_head"
+        copy = "wh" + name[1:]
         per_head = int(np.prod(x.shape[1:], dtype=np.int64)) // heads
         self.scratch[copy] = (None, (heads, x.shape[0], per_head), x.dtype)
-        return f"{name}_by_head", f"K.by_head({name}, {heads}, {copy})"
+        return "h" + name[1:], f"K.by_head({name}, {heads}, {copy})"
 
     def stored_rows(self, op):
         """The rows of a stored value that this block writes or reads whole."""
@@ -271,8 +282,8 @@ class FusedGroupWriter:
         return products, skipped
 
     def statements(self, op, local, end):
-        # Block values are named "b_" + the tensor's name after its "t_" prefix: unique,
-        # and clear of the tensors' and the generator's own names.
+        # Block values are named "b_" + the tensor's name after its "t_" prefix (the IR's
+        # id: ngnn/naming.py): unique, and clear of the tensors' and the generator's own.
         name = "b" + self.names[op][1:]
         local[op] = name
         args = []
@@ -297,12 +308,12 @@ class FusedGroupWriter:
                 w = "None" if weight is None else \
                     local.get(weight) or self.edge_rows(weight)
                 other = "src" if end == "dst" else "dst"
-                return [f"{name} = {target}",
-                        f"K.gather_sum({self.product_source(x, weight)[0]}, {w}, {other}, "
+                self.block_views.append(f"{name} = {target}")
+                return [f"K.gather_sum({self.product_source(x, weight)[0]}, {w}, {other}, "
                         f"seg, {op.reduce!r}, "
                         f"out={name})"]
-            return [f"{name} = {target}",
-                    f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]
+            self.block_views.append(f"{name} = {target}")
+            return [f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]
         if isinstance(op, EdgeSoftmax):
             return [f"{name} = K.segment_softmax({args[0]}, seg, "
                     f"out={self.scratch_rows(op, name)})"]
@@ -311,11 +322,11 @@ class FusedGroupWriter:
             # np.take: indexing a bool array of (E, heads, 1) by eids costs ~50x more a row.
             rows = f"np.take({keep}, eids, axis=0)" if self.is_edge_sized(op) else \
                 f"{keep}[v0:v1]"
-            return [f"{name} = {self.scratch_rows(op, name)}",
-                    f"K.apply_keep({args[0]}, {rows}, rate={op.rate!r}, out={name})"]
+            self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+            return [f"K.apply_keep({args[0]}, {rows}, rate={op.rate!r}, out={name})"]
         if self.codegen.is_view_template(op):
             return self.codegen.generate_op(op, name, args, shape=shape)
-        return [f"{name} = {self.scratch_rows(op, name)}"] + \
-            self.codegen.generate_op(op, name, args, shape=shape)
+        self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+        return self.codegen.generate_op(op, name, args, shape=shape)
 
 
