@@ -45,15 +45,26 @@ class Lowering:
 
     def __init__(self, graph):
         self.graph = graph
-        self.home = {}       # local op -> its whole-graph tensor (node or edge rows)
+        self.home = _Home(self)   # local op -> its whole-graph tensor (node or edge rows)
         self.gathers = {}    # (local op, by) -> node tensor gathered onto edges
 
     def lower(self, root):
         for op in ordered_ops([root]):
             if op.scope in LOCAL_SCOPES and op not in self.home:
-                with built_for(op.origin):
-                    self.home[op] = self.lower_op(op)
+                if isinstance(op, RelationIndex) or relational_product(op) or \
+                        not isinstance(op, LocalAggregate) and \
+                        any(a in self.home.pending for a in op.args):
+                    # Per-edge values from W[e.type] are lowered when first read: an
+                    # aggregation split by relation never reads them, and lowering them
+                    # builds graphs of E or N * R vertices for nothing.
+                    self.home.pending.add(op)
+                    continue
+                self.home[op] = self.lower_in_place(op)
         return self.home[root]
+
+    def lower_in_place(self, op):
+        with built_for(op.origin):
+            return self.lower_op(op)
 
     def rows(self, scope):
         return "e" if scope in ("inedge", "outedge") else "n"
@@ -150,6 +161,24 @@ class Lowering:
         if b.scope is not None:
             lb = pad(lb, rank, count)
         return reshape_to(Dot(la, lb, name=op.name), (count,) + op.shape)
+
+
+class _Home(dict):
+    """Lowered values by local op; an op in `pending` is lowered on first read."""
+
+    def __init__(self, lowering):
+        super().__init__()
+        self.lowering, self.pending = lowering, set()
+
+    def __contains__(self, op):
+        return super().__contains__(op) or op in self.pending
+
+    def __missing__(self, op):
+        if op not in self.pending:
+            raise KeyError(op)
+        self.pending.discard(op)
+        self[op] = value = self.lowering.lower_in_place(op)
+        return value
 
 
 def pad(lowered, rank, count):
