@@ -218,3 +218,113 @@ def test_products_over_out_edges(transformer_factory, reduce):
         expected[np.isinf(expected)] = 0
     comp = transformer_factory().computation(out, h, W)
     np.testing.assert_allclose(comp(x, Wv), expected, rtol=1e-12, atol=1e-12)
+
+
+# ---- v.innbs.of_type(r) / v.inedges.of_type(r) ---------------------------------------------
+
+def per_relation_reference(g, x, w, Wv, at, reduce):
+    """sum over r of reduce_{edges of relation r at the vertex} (x[other end] @ W[r]) * w."""
+    ends, others = (g.dst, g.src) if at == "dst" else (g.src, g.dst)
+    messages = np.einsum("ef,efo->eo", x[others], Wv[g.edge_type]) * w
+    out = np.zeros((g.num_nodes, Wv.shape[2]))
+    for r in range(g.num_relations):
+        mine = g.edge_type == r
+        total = np.zeros_like(out)
+        np.add.at(total, ends[mine], messages[mine])
+        if reduce == "mean":
+            total /= np.maximum(np.bincount(ends[mine], minlength=g.num_nodes), 1)[:, None]
+        out += total
+    return out
+
+
+def per_relation_means(g, h, w, W, edges):
+    """R-GCN's sum_r (1 / c_{i,r}) sum_{j in N_i^r} W_r h_j, written per vertex: a mean
+    over each relation's neighbours (W[e.type] there is W[r]), scaled by an edge feature."""
+    with ng.zoomIn(g, node_feat={"h": h}, edge_feat={"w": w}) as v:
+        if edges == "in":
+            out = sum(ng.mean([ng.dot(n.h, W[e.type]) * e.w for n, e in
+                               zip(v.innbs.of_type(r), v.inedges.of_type(r))])
+                      for r in range(g.num_relations))
+        else:
+            out = sum(ng.mean([ng.dot(n.h, W[r]) * e.w for n, e in
+                               zip(v.outnbs.of_type(r), v.outedges.of_type(r))])
+                      for r in range(g.num_relations))
+    return ng.zoomOut(out)
+
+
+@pytest.mark.parametrize("edges", ["in", "out"])
+def test_of_type_aggregates_over_one_relation(transformer_factory, edges):
+    N, E, R, F, O = 9, 40, 4, 3, 2
+    g = typed_graph(N, E, R, seed=13)
+    rng = np.random.default_rng(14)
+    x, Wv, wv = (rng.standard_normal((N, F)), rng.standard_normal((R, F, O)),
+                 rng.standard_normal((E, 1)))
+    h = ng.placeholder((N, F), dtype=np.float64, name="h")
+    W = ng.placeholder((R, F, O), dtype=np.float64, name="W")
+    w = ng.placeholder((E, 1), dtype=np.float64, name="w")
+    comp = transformer_factory().computation(per_relation_means(g, h, w, W, edges), h, w, W)
+    expected = per_relation_reference(g, x, wv, Wv, "dst" if edges == "in" else "src", "mean")
+    np.testing.assert_allclose(comp(x, wv, Wv), expected, rtol=1e-12, atol=1e-12)
+    # Nothing computed over all E edges: every term runs over its relation's edges.
+    assert not [op for op in comp.ordered_ops if op.shape[:1] == (E,) and op is not w]
+
+
+def test_of_type_mean_equals_the_relation_norm_form(transformer_factory):
+    """The per-vertex mean and the per-edge 1 / c_{i,r} of relation_norm agree, and a
+    relation without edges at a vertex (or anywhere) contributes 0."""
+    N, E, R, F, O = 8, 14, 5, 3, 2
+    g = typed_graph(N, E, R - 1, seed=15)       # relation R - 1 has no edges at all
+    g = ng.Graph.from_edges(g.src, g.dst, num_nodes=N, edge_type=g.edge_type, num_relations=R)
+    rng = np.random.default_rng(16)
+    x, Wv = rng.standard_normal((N, F)), rng.standard_normal((R, F, O))
+    h = ng.placeholder((N, F), dtype=np.float64, name="h")
+    W = ng.placeholder((R, F, O), dtype=np.float64, name="W")
+    with ng.zoomIn(g, node_feat={"h": h}) as v:
+        out = sum(ng.mean([ng.dot(n.h, W[r]) for n in v.innbs.of_type(r)]) for r in range(R))
+    comp = transformer_factory().computation(ng.zoomOut(out), h, W)
+    expected = reference(g, x, Wv, relation_norm(g)[:, None], "sum")
+    np.testing.assert_allclose(comp(x, Wv), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_of_type_max_and_gradients(transformer_factory):
+    N, E, R, F, O = 6, 24, 3, 2, 3
+    g = typed_graph(N, E, R, seed=17)
+    rng = np.random.default_rng(18)
+
+    def build(h, W, w):
+        return per_relation_means(g, h, w, W, "in")
+    check_gradient(build, [rng.standard_normal((N, F)), rng.standard_normal((R, F, O)),
+                           rng.standard_normal((E, 1))], transformer_factory)
+    x, Wv = rng.standard_normal((N, F)), rng.standard_normal((R, F, O))
+    h = ng.placeholder((N, F), dtype=np.float64, name="h")
+    W = ng.placeholder((R, F, O), dtype=np.float64, name="W")
+    with ng.zoomIn(g, node_feat={"h": h}) as v:
+        out = ng.zoomOut(sum(ng.max([ng.dot(n.h, W[r]) for n in v.innbs.of_type(r)])
+                             for r in range(R)))
+    comp = transformer_factory().computation(out, h, W)
+    expected = np.zeros((N, O))
+    for r in range(R):
+        mine = g.edge_type == r
+        best = np.full((N, O), -np.inf)
+        np.maximum.at(best, g.dst[mine], x[g.src[mine]] @ Wv[r])
+        expected += np.where(np.isinf(best), 0, best)
+    np.testing.assert_allclose(comp(x, Wv), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_of_type_errors_are_named():
+    g = typed_graph(4, 6, 3)
+    h = ng.placeholder((4, 2), name="h")
+    plain = ng.Graph.from_edges([0, 1], [1, 0])
+    with pytest.raises(TracingError, match=r"of_type\(0\): .* has no edge types"):
+        with ng.zoomIn(plain) as v:
+            v.innbs.of_type(0)
+    for bad in (3, -1, 1.0, True):
+        with pytest.raises(TracingError, match=r"must be a Python int in \[0, 3\)"):
+            with ng.zoomIn(g, node_feat=[h]) as v:
+                v.inedges.of_type(bad)
+    with pytest.raises(TracingError, match=r"reads the edges of relations \[0, 1\] at once"):
+        with ng.zoomIn(g, node_feat=[h]) as v:
+            ng.mean([n.h + m.h for n, m in zip(v.innbs.of_type(0), v.innbs.of_type(1))])
+    with pytest.raises(TracingError, match=r"zoomOut of a value read through .of_type\(2\)"):
+        with ng.zoomIn(g, node_feat=[h]) as v:
+            ng.zoomOut([n.h for n in v.innbs.of_type(2)])

@@ -18,7 +18,8 @@ from ..op_graph import (Aggregate, Broadcast, Constant, Dot, Dropout, ElementWis
 from ..op_graph.layout import reshape_to
 from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
-from .relations import lower_index, lower_product, relational_product, split_aggregate
+from .relations import (aggregate_of_type, lower_index, lower_product, relational_product,
+                        split_aggregate)
 from .tracing import LocalAggregate, LocalDegree, LocalFeature, RelationIndex, ZoomOut
 
 # For each edge set: which end of an edge the current vertex sits at, and the neighbour's.
@@ -89,7 +90,10 @@ class Lowering:
             new = self.prefix(self.degrees(op), op.scope)
         elif isinstance(op, LocalAggregate):
             at = ENDS[op.over][0]
-            split = split_aggregate(self, op) if g.edge_type is not None else None
+            if op.relation is not None:
+                split = aggregate_of_type(self, op)
+            else:
+                split = split_aggregate(self, op) if g.edge_type is not None else None
             new = self.prefix(split if split is not None else
                               Aggregate(self.on_edges(op.args[0], op.over), g, at=at,
                                         reduce=op.reduce), op.scope)
