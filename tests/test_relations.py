@@ -9,7 +9,7 @@ from ngnn import nn
 from ngnn.errors import TracingError
 from ngnn.frontend.relations import strategy_bytes
 from ngnn.op_graph import ShapeError
-from ngnn.relations import relation_norm
+from ngnn.relations import relation_edges, relation_norm, relation_subgraph
 
 from helpers import check_gradient
 
@@ -328,3 +328,27 @@ def test_of_type_errors_are_named():
     with pytest.raises(TracingError, match=r"zoomOut of a value read through .of_type\(2\)"):
         with ng.zoomIn(g, node_feat=[h]) as v:
             ng.zoomOut([n.h for n in v.innbs.of_type(2)])
+
+
+@pytest.mark.parametrize("num_dst", [None, 5])
+def test_relation_subgraphs_are_views_equal_to_graphs_of_their_edges(num_dst):
+    """Each relation's subgraph equals ng.Graph built from that relation's edges (ordered
+    by destination), while its arrays are slices of arrays all subgraphs share."""
+    rng = np.random.default_rng(19)
+    N, E, R = 9, 60, 4
+    src, types = rng.integers(0, N, E), rng.integers(0, R - 1, E)   # relation 3: no edges
+    dst = rng.integers(0, num_dst or N, E)
+    g = ng.Graph.from_edges(src, dst, num_nodes=N, num_dst=num_dst, edge_type=types,
+                            num_relations=R)
+    subgraphs = [relation_subgraph(g, r) for r in range(R)]
+    for r, (sub, eids) in enumerate(zip(subgraphs, relation_edges(g))):
+        assert np.array_equal(np.sort(eids), np.flatnonzero(types == r))
+        expected = ng.Graph.from_edges(src[eids], dst[eids], num_nodes=N, num_dst=num_dst)
+        assert np.all(np.diff(dst[eids] * E + eids) > 0)
+        for name in ("src", "dst", "in_indptr", "in_eids", "in_src", "in_degrees",
+                     "out_indptr", "out_eids", "out_dst", "out_degrees"):
+            assert np.array_equal(getattr(sub, name), getattr(expected, name)), (r, name)
+        assert (sub.num_nodes, sub.num_dst) == (expected.num_nodes, expected.num_dst)
+    for name in ("src", "in_indptr", "out_eids", "out_dst", "in_degrees"):
+        first, second = getattr(subgraphs[0], name), getattr(subgraphs[1], name)
+        assert first.base is not None and first.base is second.base, name
