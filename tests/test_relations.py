@@ -352,3 +352,49 @@ def test_relation_subgraphs_are_views_equal_to_graphs_of_their_edges(num_dst):
     for name in ("src", "in_indptr", "out_eids", "out_dst", "in_degrees"):
         first, second = getattr(subgraphs[0], name), getattr(subgraphs[1], name)
         assert first.base is not None and first.base is second.base, name
+
+
+# ---- typed graphs through sampled minibatches ----------------------------------------------
+
+def rgcn_outputs_and_gradients(make, model, graphs, x, rows, weights):
+    """The model's output at `rows` and the gradients of sum(output * weights) for every
+    parameter."""
+    h = ng.placeholder(x.shape, dtype=np.float64, name="x")
+    out = model(graphs, h)
+    picked = ng.dot(ng.constant(np.eye(out.shape[0])[rows]), out)
+    loss = ng.sum(picked * ng.constant(weights))
+    comp = make().computation([picked] + ng.grad(loss, model.parameters()), h)
+    return comp(x)
+
+
+@pytest.mark.parametrize("fanouts", [[None, None], [3, 2]])
+def test_a_sampled_rgcn_step_equals_the_whole_graph_step_on_its_blocks(transformer_factory,
+                                                                        fanouts):
+    """The sampler's blocks keep the relation of each sampled edge; R-GCN over them gives the
+    output and parameter gradients of R-GCN over graphs made of the blocks' edges (with
+    every in-edge sampled: of the whole graph, at the seeds)."""
+    from ngnn.sampling import NeighborSampler
+    N, E, R, F, H, C = 40, 300, 4, 5, 6, 3
+    g = typed_graph(N, E, R, seed=20)
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((N, F))
+    seeds = np.array([3, 17, 25, 8])
+    weights = rng.standard_normal((seeds.size, C))
+    batch = NeighborSampler(g, fanouts, seed=4).sample(seeds)
+    for block, eids in zip(batch.graphs, batch.edge_ids):
+        assert block.num_relations == R and block.is_block
+        assert np.array_equal(block.edge_type, g.edge_type[eids])
+    model = nn.RGCN(F, H, C, num_relations=R, num_bases=2, dtype=np.float64)
+    got = rgcn_outputs_and_gradients(transformer_factory, model, batch.graphs,
+                                     x[batch.nodes], np.arange(seeds.size), weights)
+    if fanouts == [None, None]:
+        expected = rgcn_outputs_and_gradients(transformer_factory, model, g, x, seeds, weights)
+    else:   # whole graphs of each block's edges over all the batch's vertices
+        whole = [ng.Graph.from_edges(b.src, b.dst, num_nodes=batch.nodes.size,
+                                     edge_type=b.edge_type, num_relations=R)
+                 for b in batch.graphs]
+        expected = rgcn_outputs_and_gradients(transformer_factory, model, whole,
+                                              x[batch.nodes], np.arange(seeds.size), weights)
+    assert len(got) == len(expected) == 1 + len(model.parameters())
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
