@@ -4,7 +4,8 @@ Geometric's RGCNConv and FastRGCNConv, on the CPU, in one run.
     python benchmarks/bench_rgcn.py                    # 100,000 vertices, 1.6M edges, R = 16
     python benchmarks/bench_rgcn.py --num-nodes 20000 --steps 5
 
-The model on every side: RGCNConv (64 -> 64, per-relation mean, root weight, bias), ReLU,
+The model on every side: RGCNConv (64 -> 64, per-relation mean, root weight, bias; ngnn's
+written per vertex with `v.innbs.of_type(r)`, so "lowering of_type"), ReLU,
 RGCNConv (64 -> classes), cross-entropy over all vertices, one Adam step. The graph is
 datasets.synthetic("rmat", ..., num_relations=R): a directed R-MAT graph with relation ids
 drawn uniformly, 64 Gaussian features.
@@ -97,8 +98,8 @@ def run_ngnn(args, data):
     E, F, O = g.num_edges, args.features, args.hidden
     per_edge_weights = [op for op in step.ordered_ops if op.size >= E * F * O]
     assert not per_edge_weights, f"an E x F x O tensor is computed: {per_edge_weights}"
-    choices = sorted({name for name in ("per_relation", "segments", "transform_first")
-                      if f"%relation_{name}" in step.ir})
+    choices = sorted({name for name in ("per_relation", "segments", "transform_first",
+                                        "of_type") if f"%relation_{name}" in step.ir})
     return dict(times=times, rss=peak_rss() - before, plan=step.memory_plan.peak_bytes,
                 loss=float(step(data.features, data.labels)[0]), lowering=choices)
 

@@ -170,7 +170,8 @@ def aggregate_of_type(lowering, op):
     g, r = lowering.graph, op.relation
     sub = relation_subgraph(g, r)
     edges = _RelationEdges(lowering, op.over, r, relation_edges(g)[r], sub)
-    return Aggregate(edges.lower(op.args[0]), sub, at=ENDS[op.over][0], reduce=op.reduce)
+    return Aggregate(edges.lower(op.args[0]), sub, at=ENDS[op.over][0], reduce=op.reduce,
+                     name=f"relation_of_type_{r}")
 
 
 class _RelationEdges:
