@@ -17,6 +17,10 @@ ngnn/relations.py), so gradients, every pass and every backend apply unchanged:
   r, so no edge-sized or R-sized tensor is kept: AggregateTransformOrder then orders each
   term, and Fusion runs each gather-scale-aggregate as one sparse product.
 
+An aggregation the user already wrote per relation (values read through
+`v.innbs.of_type(r)`) needs no choice: it is lowered onto relation r's subgraph directly
+(`aggregate_of_type`), where `W[e.type]` is `W[r]`.
+
 The choice is by bytes: the largest tensor each would allocate (for the per-relation forms
 the gradient of W is counted too: it is accumulated relation by relation, R x F x O each).
 The ops the choice makes carry its name (`%relation_transform_first`, `%relation_segments`,
