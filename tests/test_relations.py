@@ -311,6 +311,28 @@ def test_of_type_max_and_gradients(transformer_factory):
     np.testing.assert_allclose(comp(x, Wv), expected, rtol=1e-12, atol=1e-12)
 
 
+def test_values_read_through_of_type_without_features_keep_the_relation(transformer_factory):
+    """e.type and a neighbour's degree read through .of_type(r) are aggregated over
+    relation r's edges too: b[e.type] there is b's row r."""
+    g = typed_graph(6, 30, 3, seed=22)
+    rng = np.random.default_rng(23)
+    bv = rng.standard_normal((3, 2))
+    b = ng.placeholder((3, 2), dtype=np.float64, name="b")
+    with ng.zoomIn(g) as v:
+        out = ng.zoomOut(sum(sum(b[e.type] for e in v.inedges.of_type(r)) * (r + 1.0)
+                             for r in range(3)))
+        degrees = ng.zoomOut(sum(sum(n.outdegree for n in v.innbs.of_type(r)) * (r + 1.0)
+                                 for r in range(3)))
+    comp = transformer_factory().computation([out, degrees], b)
+    got, got_degrees = comp(bv)
+    expected = np.zeros((6, 2))
+    np.add.at(expected, g.dst, bv[g.edge_type] * (g.edge_type[:, None] + 1.0))
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    expected_degrees = np.zeros(6)
+    np.add.at(expected_degrees, g.dst, g.out_degrees[g.src] * (g.edge_type + 1.0))
+    np.testing.assert_allclose(got_degrees, expected_degrees, rtol=1e-12, atol=1e-12)
+
+
 def test_of_type_errors_are_named():
     g = typed_graph(4, 6, 3)
     h = ng.placeholder((4, 2), name="h")

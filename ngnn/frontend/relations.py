@@ -205,6 +205,13 @@ class _RelationEdges:
         if local.scope != self.edge_set:          # a node value: gathered at its end
             return Gather(lw.home[local], self.sub,
                           by=neighbour_end(lw, local, self.edge_set))
+        if isinstance(local, RelationIndex):       # b[e.type]: row r of b on every edge
+            table = lw.arg(local.args[0], self.edge_set, "e")
+            flat = Reshape(table, (table.shape[0], -1)) if table.ndim != 2 else table
+            same = np.full(len(self.eids), self.r, dtype=np.int64)
+            picked = Gather(flat, rows_graph(g, ("type", self.r), same, table.shape[0]),
+                            by="src")
+            return Reshape(picked, (len(self.eids),) + local.shape)
         if isinstance(local, LocalFeature):        # an edge feature: this relation's rows
             rows = lw.home[local]
             if isinstance(rows, Constant):

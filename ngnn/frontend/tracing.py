@@ -42,10 +42,11 @@ class LocalDegree(Leaf):
     """The in- or out-degree of the current vertex (scope v) or of a neighbour, in the float
     dtype of the context's features (so float64 models stay float64)."""
 
-    def __init__(self, which, scope, context):
+    def __init__(self, which, scope, context, relation=None):
         super().__init__((), context.float_dtype, scope=scope)
         self.which = which
         self.zoom = context
+        self.relation = relation     # read through .of_type(relation), as LocalFeature's
 
     @property
     def op_name(self):
@@ -115,7 +116,7 @@ def relation_of(value):
         if op in seen or op.scope is None:
             continue
         seen.add(op)
-        if isinstance(op, LocalFeature) and op.relation is not None:
+        if isinstance(op, (LocalFeature, LocalDegree)) and op.relation is not None:
             relations.add(op.relation)
         if op is value or not isinstance(op, LocalAggregate):
             stack.extend(op.args)
@@ -197,11 +198,11 @@ class _Proxy:
 class Neighbour(_Proxy):
     @property
     def indegree(self):
-        return self._context.degree("indegree", self._scope)
+        return self._context.degree("indegree", self._scope, self._relation)
 
     @property
     def outdegree(self):
-        return self._context.degree("outdegree", self._scope)
+        return self._context.degree("outdegree", self._scope, self._relation)
 
 
 class Neighbours:
@@ -318,7 +319,7 @@ class ZoomContext:
         self.check_open()
         features = self.node_features if kind == "node" else self.edge_features
         if kind == "edge" and name == "type" and name not in features:
-            return self.edge_types(scope, who)
+            return self.edge_types(scope, who, relation)
         if name not in features:
             available = ", ".join(features) or "none"
             raise AttributeError(at_user_line(
@@ -329,24 +330,24 @@ class ZoomContext:
             self.leaves[key] = LocalFeature(features[name], scope, self, relation)
         return self.leaves[key]
 
-    def edge_types(self, scope, who):
+    def edge_types(self, scope, who, relation=None):
         """`e.type`: the relation id of each edge of a typed graph (an int64 edge value)."""
         if self.graph.edge_type is None:
             raise AttributeError(at_user_line(
                 f"{who}.type: {self.graph!r} has no edge types; build it with "
                 "ng.Graph.from_edges(src, dst, num_nodes=N, edge_type=t, num_relations=R)"))
-        key = ("edge", "type", scope)
+        key = ("edge", "type", scope, relation)
         if key not in self.leaves:
             types = Constant(self.graph.edge_type, dtype=np.int64, name="edge_type")
-            self.leaves[key] = LocalFeature(types, scope, self)
+            self.leaves[key] = LocalFeature(types, scope, self, relation)
             self.leaves[key].is_edge_type = True
         return self.leaves[key]
 
-    def degree(self, which, scope):
+    def degree(self, which, scope, relation=None):
         self.check_open()
-        key = ("degree", which, scope)
+        key = ("degree", which, scope, relation)
         if key not in self.leaves:
-            self.leaves[key] = LocalDegree(which, scope, self)
+            self.leaves[key] = LocalDegree(which, scope, self, relation)
         return self.leaves[key]
 
 
