@@ -5,6 +5,7 @@ backwards, summing the contributions that reach each op.
 """
 from .op_graph import Constant, Op, ordered_ops, zeros
 from .op_graph.elementwise import Add
+from .op_graph.layout import Concat, Reshape, Unslice
 
 
 def grad(y, wrt, delta=None):
@@ -73,7 +74,47 @@ def _reaching(order, targets):
 
 
 def _total(terms):
+    terms = _rows_stacked(terms)
     total = terms[0]
     for t in terms[1:]:
         total = Add(total, t)
     return total
+
+
+def _row_of(term):
+    """r where `term` is the adjoint of x[r] (an Unslice filling one whole row of x), else
+    None."""
+    if not isinstance(term, Unslice) or not term.key or not isinstance(term.key[0], int):
+        return None
+    whole = all(isinstance(k, slice) and (k.start, k.stop, k.step) == (0, n, 1)
+                for k, n in zip(term.key[1:], term.shape[1:]))
+    return term.key[0] if whole else None
+
+
+def _rows_stacked(terms):
+    """The adjoints of x[0], x[1], ... (a per-relation weight read relation by relation,
+    as R-GCN does) as one concatenation of their rows, zeros where a row is not read:
+    summed one by one, each (a whole tensor, zero but in one row) would write all of x once
+    per row (R-GCN on AIFB: 90 x 48 MB a step). Other terms are kept as they are."""
+    groups = {}
+    for term in terms:
+        row = _row_of(term)
+        if row is not None:
+            groups.setdefault((term.shape, term.dtype), {}).setdefault(row, []).append(term)
+    stacked, merged = [], set()
+    for (shape, dtype), rows in groups.items():
+        if sum(map(len, rows.values())) < 2:      # one row read once: nothing to merge
+            continue
+        pieces, r = [], 0
+        while r < shape[0]:
+            if r in rows:
+                row_total = _total([term.args[0] for term in rows[r]])   # read more than once
+                pieces.append(Reshape(row_total, (1,) + shape[1:]))
+                r += 1
+            else:
+                end = next((i for i in range(r, shape[0]) if i in rows), shape[0])
+                pieces.append(zeros((end - r,) + shape[1:], dtype))
+                r = end
+        stacked.append(Concat(*pieces, axis=0))
+        merged.update(id(term) for row in rows.values() for term in row)
+    return stacked + [t for t in terms if id(t) not in merged] if stacked else terms

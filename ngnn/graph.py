@@ -132,8 +132,11 @@ class Graph:
             self.edge_type, self.num_relations = checked_types(edge_type, num_relations,
                                                                self.num_edges)
 
-    def _set_edges(self, src, dst, num_nodes, num_dst, in_groups, out_groups):
-        """Stores checked edges with their in- and out-CSR groups (indptr, eids, counts)."""
+    def _set_edges(self, src, dst, num_nodes, num_dst, in_groups, out_groups, in_src=None,
+                   out_dst=None):
+        """Stores checked edges with their in- and out-CSR groups (indptr, eids, counts);
+        `in_src` / `out_dst`, src and dst in CSR order, are derived unless given (shared
+        arrays, as ngnn/relations.py gives its subgraphs)."""
         self.num_nodes = num_nodes
         self.num_dst = num_dst
         self.num_edges = int(src.shape[0])
@@ -144,11 +147,11 @@ class Graph:
         out_indptr, out_eids, out_degrees = out_groups
         self.in_indptr = _readonly(in_indptr)
         self.in_eids = _readonly(in_eids)
-        self.in_src = _readonly(src[in_eids])
+        self.in_src = _readonly(src[in_eids] if in_src is None else in_src)
         self.in_degrees = _readonly(in_degrees)
         self.out_indptr = _readonly(out_indptr)
         self.out_eids = _readonly(out_eids)
-        self.out_dst = _readonly(dst[out_eids])
+        self.out_dst = _readonly(dst[out_eids] if out_dst is None else out_dst)
         self.out_degrees = _readonly(out_degrees)
         self._incidence = {}
         self._adjacency = None

@@ -8,7 +8,10 @@ Each derived graph is made once per graph and cached on it:
   (src[e], type[e]) -> (dst[e], type[e]). A gather by source from an (N * R, O) tensor is
   the typed gather out[e] = Y[src[e], type[e]]; its adjoint, an aggregation at the sources,
   is the typed scatter-sum (N * R, O).
-- `relation_subgraph(g, r)`: the edges of relation r over the same vertices, in edge-id order.
+- `relation_subgraph(g, r)`: the edges of relation r over the same vertices, ordered by
+  destination (then edge id). All R subgraphs are views into arrays shared by them
+  (`_TypeSorted`): sorting the edges by relation once costs 5 E + 4 R N integers in all,
+  where R separate graphs would copy 7 E (R-GCN at R-MAT 100K: 25 MB less).
 - `type_graph(g)`: R vertices, edge e: type[e] -> type[e]; a gather by source copies a row
   of a per-relation tensor onto each edge (W[e.type] as is, E x F x O: the fallback).
 - `rows_graph(rows, n)`: edge i picks row rows[i] of an n-row tensor (an edge tensor's rows
@@ -63,15 +66,62 @@ def require_types(graph, what):
                          "num_relations=R)")
 
 
-def relation_edges(graph):
-    """Edge ids of each relation, in edge-id order: a list of R int64 arrays."""
-    require_types(graph, "relation_edges")
+class _TypeSorted:
+    """The edges grouped by (relation, destination) and by (relation, source), one counting
+    sort each over R x N groups; relation r's edges are positions bounds[r]:bounds[r + 1]
+    of both orders, and its subgraph's arrays are slices of these (edge k of subgraph r is
+    edge in_eids[bounds[r] + k] of the graph)."""
 
-    def make():
-        order = np.argsort(graph.edge_type, kind="stable")
-        bounds = np.searchsorted(graph.edge_type[order], np.arange(graph.num_relations + 1))
-        return [order[bounds[r]:bounds[r + 1]] for r in range(graph.num_relations)]
-    return _cached(graph, "relation_edges", make)
+    def __init__(self, graph):
+        from ngnn.graph import _grouped
+        R, N = graph.num_relations, graph.num_nodes
+        types = graph.edge_type
+        in_indptr, self.in_eids, in_counts = _grouped(types * N + graph.dst, R * N)
+        self.bounds = in_indptr[::N] if N else np.zeros(R + 1, np.int64)
+        self.src = graph.src[self.in_eids]
+        self.dst = graph.dst[self.in_eids]
+        # Grouped by source over the in-order, so each group lists its edges in subgraph
+        # order, as a graph built from the relation's edges would.
+        sorted_types = np.repeat(np.arange(R), np.diff(self.bounds))
+        out_indptr, self.out_local, out_counts = _grouped(sorted_types * N + self.src, R * N)
+        self.out_dst = self.dst[self.out_local]
+        self.out_local -= self.bounds[sorted_types[self.out_local]]   # ids in the relation
+        del sorted_types
+        self.in_indptr = self.local_indptr(in_indptr, R, N)
+        self.out_indptr = self.local_indptr(out_indptr, R, N)
+        self.in_degrees = in_counts.reshape(R, N)
+        self.out_degrees = out_counts.reshape(R, N)
+        self.identity = np.arange(int(np.diff(self.bounds).max(initial=0)))
+
+    def local_indptr(self, indptr, R, N):
+        """(R, N + 1): relation r's CSR offsets, counted from its first edge."""
+        local = np.empty((R, N + 1), np.int64)
+        local[:, :N] = indptr[:-1].reshape(R, N) - self.bounds[:-1, None]
+        local[:, N] = np.diff(self.bounds)
+        return local
+
+    def subgraph(self, graph, r):
+        from ngnn.graph import Graph
+        p0, p1 = self.bounds[r], self.bounds[r + 1]
+        sub = Graph.__new__(Graph)
+        sub._set_edges(self.src[p0:p1], self.dst[p0:p1], graph.num_nodes, graph.num_dst,
+                       (self.in_indptr[r], self.identity[:p1 - p0], self.in_degrees[r]),
+                       (self.out_indptr[r], self.out_local[p0:p1], self.out_degrees[r]),
+                       in_src=self.src[p0:p1], out_dst=self.out_dst[p0:p1])
+        return sub
+
+
+def _type_sorted(graph):
+    require_types(graph, "relation_edges")
+    return _cached(graph, "type_sorted", lambda: _TypeSorted(graph))
+
+
+def relation_edges(graph):
+    """Edge ids of each relation, ordered by destination then edge id (the order of
+    `relation_subgraph`'s edges): a list of R int64 arrays."""
+    sorted_ = _type_sorted(graph)
+    b = sorted_.bounds
+    return [sorted_.in_eids[b[r]:b[r + 1]] for r in range(graph.num_relations)]
 
 
 def relation_graph(graph):
@@ -84,10 +134,7 @@ def relation_graph(graph):
 
 
 def relation_subgraph(graph, r):
-    from ngnn.graph import Graph
-    eids = relation_edges(graph)[r]
-    return _cached(graph, ("relation", r), lambda: Graph(
-        graph.src[eids], graph.dst[eids], num_nodes=graph.num_nodes, num_dst=graph.num_dst))
+    return _cached(graph, ("relation", r), lambda: _type_sorted(graph).subgraph(graph, r))
 
 
 def type_graph(graph):

@@ -110,6 +110,19 @@ def test_concat(transformer_factory, axis):
                    [away_from_zero(2, 3), away_from_zero(2, 3)], transformer_factory)
 
 
+def test_rows_read_one_by_one_get_one_concatenated_gradient(transformer_factory):
+    """x[0], x[2], x[3] and x[0] again (a per-relation weight read relation by relation):
+    the gradient is right, row 1 (never read) zero, and it is one concatenation of rows,
+    not a sum of whole-tensor Unslices."""
+    build = lambda x: ng.sum(x[0] * 2.0) + ng.sum(x[2] * x[3]) + ng.sum(ng.exp(x[0]))
+    check_gradient(build, [away_from_zero(5, 2, 3)], transformer_factory, coords=30)
+    x = ng.placeholder((5, 2, 3), dtype=np.float64, name="x")
+    gradient = ng.grad(build(x), x)
+    assert any(isinstance(op, ng.op_graph.Concat) for op in ng.op_graph.ordered_ops([gradient]))
+    assert not any(isinstance(op, ng.op_graph.Unslice)
+                   for op in ng.op_graph.ordered_ops([gradient]))
+
+
 LABELS = np.array([0, 2, 1, 2, 3])
 
 

@@ -18,7 +18,8 @@ from ..op_graph import (Aggregate, Broadcast, Constant, Dot, Dropout, ElementWis
 from ..op_graph.layout import reshape_to
 from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
-from .relations import lower_index, lower_product, relational_product, split_aggregate
+from .relations import (aggregate_of_type, lower_index, lower_product, relational_product,
+                        split_aggregate)
 from .tracing import LocalAggregate, LocalDegree, LocalFeature, RelationIndex, ZoomOut
 
 # For each edge set: which end of an edge the current vertex sits at, and the neighbour's.
@@ -46,15 +47,26 @@ class Lowering:
 
     def __init__(self, graph):
         self.graph = graph
-        self.home = {}       # local op -> its whole-graph tensor (node or edge rows)
+        self.home = _Home(self)   # local op -> its whole-graph tensor (node or edge rows)
         self.gathers = {}    # (local op, by) -> node tensor gathered onto edges
 
     def lower(self, root):
         for op in ordered_ops([root]):
             if op.scope in LOCAL_SCOPES and op not in self.home:
-                with built_for(op.origin):
-                    self.home[op] = self.lower_op(op)
+                if isinstance(op, RelationIndex) or relational_product(op) or \
+                        not isinstance(op, LocalAggregate) and \
+                        any(a in self.home.pending for a in op.args):
+                    # Per-edge values from W[e.type] are lowered when first read: an
+                    # aggregation split by relation never reads them, and lowering them
+                    # builds graphs of E or N * R vertices for nothing.
+                    self.home.pending.add(op)
+                    continue
+                self.home[op] = self.lower_in_place(op)
         return self.home[root]
+
+    def lower_in_place(self, op):
+        with built_for(op.origin):
+            return self.lower_op(op)
 
     def rows(self, scope):
         return "e" if scope in ("inedge", "outedge") else "n"
@@ -79,7 +91,10 @@ class Lowering:
             new = self.prefix(self.degrees(op), op.scope)
         elif isinstance(op, LocalAggregate):
             at = ENDS[op.over][0]
-            split = split_aggregate(self, op) if g.edge_type is not None else None
+            if op.relation is not None:
+                split = aggregate_of_type(self, op)
+            else:
+                split = split_aggregate(self, op) if g.edge_type is not None else None
             new = self.prefix(split if split is not None else
                               Aggregate(self.on_edges(op.args[0], op.over), g, at=at,
                                         reduce=op.reduce), op.scope)
@@ -151,6 +166,24 @@ class Lowering:
         if b.scope is not None:
             lb = pad(lb, rank, count)
         return reshape_to(Dot(la, lb, name=op.name), (count,) + op.shape)
+
+
+class _Home(dict):
+    """Lowered values by local op; an op in `pending` is lowered on first read."""
+
+    def __init__(self, lowering):
+        super().__init__()
+        self.lowering, self.pending = lowering, set()
+
+    def __contains__(self, op):
+        return super().__contains__(op) or op in self.pending
+
+    def __missing__(self, op):
+        if op not in self.pending:
+            raise KeyError(op)
+        self.pending.discard(op)
+        self[op] = value = self.lowering.lower_in_place(op)
+        return value
 
 
 def pad(lowered, rank, count):

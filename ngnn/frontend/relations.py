@@ -17,6 +17,10 @@ ngnn/relations.py), so gradients, every pass and every backend apply unchanged:
   r, so no edge-sized or R-sized tensor is kept: AggregateTransformOrder then orders each
   term, and Fusion runs each gather-scale-aggregate as one sparse product.
 
+An aggregation the user already wrote per relation (values read through
+`v.innbs.of_type(r)`) needs no choice: it is lowered onto relation r's subgraph directly
+(`aggregate_of_type`), where `W[e.type]` is `W[r]`.
+
 The choice is by bytes: the largest tensor each would allocate (for the per-relation forms
 the gradient of W is counted too: it is accumulated relation by relation, R x F x O each).
 The ops the choice makes carry its name (`%relation_transform_first`, `%relation_segments`,
@@ -28,7 +32,7 @@ from ..op_graph import (Aggregate, Concat, Constant, Divide, Dot, Gather, Multip
                         ordered_ops, zeros)
 from ..op_graph.layout import Reshape
 from ..relations import relation_edges, relation_graph, relation_subgraph, rows_graph, type_graph
-from .tracing import RelationIndex
+from .tracing import LocalFeature, RelationIndex
 
 SCALES = (Multiply, Divide)
 
@@ -146,7 +150,7 @@ def split_aggregate(lowering, op):
     for r, eids in enumerate(relation_edges(g)):
         if len(eids):
             sub = relation_subgraph(g, r)
-            edges = _RelationEdges(lowering, edge_set, r, eids, sub, product, weight)
+            edges = _RelationEdges(lowering, edge_set, r, eids, sub)
             terms.append(Aggregate(edges.lower(value), sub, at=at, reduce="sum"))
     if not terms:
         return zeros((g.num_nodes,) + op.shape, op.dtype)
@@ -161,12 +165,26 @@ def split_aggregate(lowering, op):
     return total
 
 
-class _RelationEdges:
-    """Lowers the scaled product onto the edges of one relation (its subgraph's edges)."""
+def aggregate_of_type(lowering, op):
+    """An aggregation over the edges of one relation (values read through
+    `v.innbs.of_type(r)` / `v.inedges.of_type(r)`): the value lowered onto that relation's
+    subgraph only, W[e.type] there being W[r], and aggregated over it (a mean divides by
+    the vertex's number of relation-r edges)."""
+    from .lowering import ENDS
+    g, r = lowering.graph, op.relation
+    sub = relation_subgraph(g, r)
+    edges = _RelationEdges(lowering, op.over, r, relation_edges(g)[r], sub)
+    return Aggregate(edges.lower(op.args[0]), sub, at=ENDS[op.over][0], reduce=op.reduce,
+                     name=f"relation_of_type_{r}")
 
-    def __init__(self, lowering, edge_set, r, eids, sub, product, weight):
+
+class _RelationEdges:
+    """Lowers per-edge values onto the edges of one relation (its subgraph's edges), where
+    dot(x, W[e.type]) is dot(x, W[r]) for every edge."""
+
+    def __init__(self, lowering, edge_set, r, eids, sub):
         self.lowering, self.edge_set, self.r = lowering, edge_set, r
-        self.eids, self.sub, self.product, self.weight = eids, sub, product, weight
+        self.eids, self.sub = eids, sub
         self.done = {}
 
     def lower(self, local):
@@ -176,17 +194,25 @@ class _RelationEdges:
 
     def lower_new(self, local):
         lw, g = self.lowering, self.lowering.graph
-        if local is self.product:
-            x_local = self.product.args[0]
-            x = lw.home[x_local]
-            return Gather(Dot(x, self.weight[self.r]), self.sub,
+        product = relational_product(local)
+        if product:
+            x_local, weight_local = product
+            weight = lw.arg(weight_local, self.edge_set, "e")
+            return Gather(Dot(lw.home[x_local], weight[self.r]), self.sub,
                           by=neighbour_end(lw, x_local, self.edge_set))
         if local.scope is None:
             return lw.arg(local, self.edge_set, "e")
         if local.scope != self.edge_set:          # a node value: gathered at its end
             return Gather(lw.home[local], self.sub,
                           by=neighbour_end(lw, local, self.edge_set))
-        if not _depends_on_product(local):        # an edge value: this relation's rows
+        if isinstance(local, RelationIndex):       # b[e.type]: row r of b on every edge
+            table = lw.arg(local.args[0], self.edge_set, "e")
+            flat = Reshape(table, (table.shape[0], -1)) if table.ndim != 2 else table
+            same = np.full(len(self.eids), self.r, dtype=np.int64)
+            picked = Gather(flat, rows_graph(g, ("type", self.r), same, table.shape[0]),
+                            by="src")
+            return Reshape(picked, (len(self.eids),) + local.shape)
+        if isinstance(local, LocalFeature):        # an edge feature: this relation's rows
             rows = lw.home[local]
             if isinstance(rows, Constant):
                 return Constant(rows.value[self.eids], dtype=rows.dtype)

@@ -27,9 +27,11 @@ class LocalFeature(Op):
     takes_sparse = True
     is_edge_type = False     # e.type of a typed graph (what W[e.type] may be indexed by)
 
-    def __init__(self, source, scope, context):
+    def __init__(self, source, scope, context, relation=None):
         super().__init__([source], shape=source.shape[1:], dtype=source.dtype, scope=scope)
         self.zoom = context
+        # Read through v.innbs.of_type(r) (or v.inedges...): only relation r's edges.
+        self.relation = relation
 
     @property
     def op_name(self):
@@ -41,10 +43,11 @@ class LocalDegree(Leaf):
     dtype of the context's features (so float64 models stay float64)."""
     attributes = (Attr("which", printed=False),)
 
-    def __init__(self, which, scope, context):
+    def __init__(self, which, scope, context, relation=None):
         super().__init__((), context.float_dtype, scope=scope)
         self.which = which
         self.zoom = context
+        self.relation = relation     # read through .of_type(relation), as LocalFeature's
 
     @property
     def op_name(self):
@@ -65,6 +68,8 @@ class LocalAggregate(Op):
         value.zoom.check_open()
         self.reduce = reduce
         self.over = EDGE_SET[value.scope]
+        # Over the edges of this relation only (a value read through .of_type(r)), or all.
+        self.relation = relation_of(value)
         super().__init__([value], shape=value.shape,
                          dtype=value.dtype if value.dtype.kind == "f" else np.float32,
                          scope="v")
@@ -104,6 +109,28 @@ class RelationIndex(Op):
         return "relation_index"
 
 
+def relation_of(value):
+    """The relation r whose edges a per-edge value was read over (`v.innbs.of_type(r)`,
+    `v.inedges.of_type(r)`), or None; two relations in one value are an error. Values
+    inside a nested aggregation are that aggregation's business."""
+    relations, seen, stack = set(), set(), [value]
+    while stack:
+        op = stack.pop()
+        if op in seen or op.scope is None:
+            continue
+        seen.add(op)
+        if isinstance(op, (LocalFeature, LocalDegree)) and op.relation is not None:
+            relations.add(op.relation)
+        if op is value or not isinstance(op, LocalAggregate):
+            stack.extend(op.args)
+    if len(relations) > 1:
+        raise TracingError(at_user_line(
+            f"this per-edge value reads the edges of relations {sorted(relations)} at once "
+            "(through .of_type); an edge has one relation: aggregate each relation's "
+            "values separately and combine the per-vertex results"))
+    return relations.pop() if relations else None
+
+
 def index_by_tensor(table, index):
     """x[t] with a tensor t: W[e.type] inside ng.zoomIn, and a clear error elsewhere."""
     if index.zoom is None:
@@ -124,6 +151,11 @@ class ZoomOut(Op):
         graph = value.zoom.graph
         # None for a per-vertex value, else the edges the value has one row per.
         self.over = EDGE_SET.get(value.scope)
+        if self.over is not None and relation_of(value) is not None:
+            raise TracingError(at_user_line(
+                f"ng.zoomOut of a value read through .of_type({relation_of(value)}): it has "
+                "rows for that relation's edges only; aggregate it per vertex (ng.mean, "
+                "sum, ...), or read it over all edges and select with e.type"))
         rows = graph.num_dst if self.over is None else graph.num_edges
         # An explicit scope skips the open-context check: zoomOut runs after the context.
         super().__init__([value], shape=(rows,) + value.shape, dtype=value.dtype, scope="v")
@@ -154,13 +186,14 @@ def zoomOut(*values):
 class _Proxy:
     """Reads features by attribute (`v.h`, `n.h`, `e.w`) at one scope."""
 
-    def __init__(self, context, scope, kind, who):
+    def __init__(self, context, scope, kind, who, relation=None):
         self._context, self._scope, self._kind, self._who = context, scope, kind, who
+        self._relation = relation
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        return self._context.read(self._kind, name, self._scope, self._who)
+        return self._context.read(self._kind, name, self._scope, self._who, self._relation)
 
     def __repr__(self):
         return f"<{self._who}: {self._scope} proxy>"
@@ -169,11 +202,11 @@ class _Proxy:
 class Neighbour(_Proxy):
     @property
     def indegree(self):
-        return self._context.degree("indegree", self._scope)
+        return self._context.degree("indegree", self._scope, self._relation)
 
     @property
     def outdegree(self):
-        return self._context.degree("outdegree", self._scope)
+        return self._context.degree("outdegree", self._scope, self._relation)
 
 
 class Neighbours:
@@ -191,6 +224,27 @@ class Neighbours:
                 "v.outnbs / v.outedges: the graph is a block (num_dst < num_nodes), which holds "
                 "the in-edges of its destination vertices only; use v.innbs / v.inedges"))
         yield self.proxy
+
+    def of_type(self, relation):
+        """The neighbours (or edges) over edges of one relation of a typed graph: values
+        read through them are aggregated over that relation's edges only, so
+        `ng.mean([... for n in v.innbs.of_type(r)])` divides by the vertex's number of
+        relation-r edges (R-GCN's 1 / c_{i,r}); a vertex without such edges gets 0."""
+        self.context.check_open()
+        graph = self.context.graph
+        if graph.edge_type is None:
+            raise TracingError(at_user_line(
+                f".of_type({relation!r}): {graph!r} has no edge types; build it with "
+                "ng.Graph.from_edges(src, dst, num_nodes=N, edge_type=t, num_relations=R)"))
+        if isinstance(relation, (bool, np.bool_)) or \
+                not isinstance(relation, (int, np.integer)) or \
+                not 0 <= relation < graph.num_relations:
+            raise TracingError(at_user_line(
+                f".of_type({relation!r}): the relation must be a Python int in [0, "
+                f"{graph.num_relations}); to use each edge's own relation, write W[e.type]"))
+        p = self.proxy
+        return Neighbours(self.context, type(p)(self.context, p._scope, p._kind, p._who,
+                                                int(relation)))
 
     def __len__(self):
         raise TracingError(at_user_line(
@@ -265,39 +319,39 @@ class ZoomContext:
                 "a value traced inside ng.zoomIn is used after its context closed; pass it "
                 "to ng.zoomOut (inside or right after the context) and use the node tensor"))
 
-    def read(self, kind, name, scope, who):
+    def read(self, kind, name, scope, who, relation=None):
         self.check_open()
         features = self.node_features if kind == "node" else self.edge_features
         if kind == "edge" and name == "type" and name not in features:
-            return self.edge_types(scope, who)
+            return self.edge_types(scope, who, relation)
         if name not in features:
             available = ", ".join(features) or "none"
             raise AttributeError(at_user_line(
                 f"{who}.{name}: there is no {kind} feature {name!r} in this {self.caller}; "
                 f"available {kind} features: {available}"))
-        key = (kind, name, scope)
+        key = (kind, name, scope, relation)
         if key not in self.leaves:
-            self.leaves[key] = LocalFeature(features[name], scope, self)
+            self.leaves[key] = LocalFeature(features[name], scope, self, relation)
         return self.leaves[key]
 
-    def edge_types(self, scope, who):
+    def edge_types(self, scope, who, relation=None):
         """`e.type`: the relation id of each edge of a typed graph (an int64 edge value)."""
         if self.graph.edge_type is None:
             raise AttributeError(at_user_line(
                 f"{who}.type: {self.graph!r} has no edge types; build it with "
                 "ng.Graph.from_edges(src, dst, num_nodes=N, edge_type=t, num_relations=R)"))
-        key = ("edge", "type", scope)
+        key = ("edge", "type", scope, relation)
         if key not in self.leaves:
             types = Constant(self.graph.edge_type, dtype=np.int64, name="edge_type")
-            self.leaves[key] = LocalFeature(types, scope, self)
+            self.leaves[key] = LocalFeature(types, scope, self, relation)
             self.leaves[key].is_edge_type = True
         return self.leaves[key]
 
-    def degree(self, which, scope):
+    def degree(self, which, scope, relation=None):
         self.check_open()
-        key = ("degree", which, scope)
+        key = ("degree", which, scope, relation)
         if key not in self.leaves:
-            self.leaves[key] = LocalDegree(which, scope, self)
+            self.leaves[key] = LocalDegree(which, scope, self, relation)
         return self.leaves[key]
 
 

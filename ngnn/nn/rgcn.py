@@ -4,8 +4,10 @@ ESWC 2018) over a relation-typed graph (ng.Graph.from_edges(..., edge_type=t)):
     h_i' = sum_r sum_{j in N_i^r} (1 / c_{i,r}) W_r h_j  +  W_0 h_i  (+ b)
 
 with c_{i,r} the number of in-edges of relation r at i (a mean per relation, as PyG's
-RGCNConv with aggr="mean"). Written per edge as `ng.dot(n.h, W[e.type]) * e.norm`; the
-compiler picks how to run the relation-indexed product (docs/rgcn.md). W_r is a free
+RGCNConv with aggr="mean"). Written per vertex as the formula reads: for each relation, the
+mean over the in-neighbours of that relation (`v.innbs.of_type(r)`), so no per-edge
+normalisation array is made and each term runs over its relation's edges only
+(docs/rgcn.md). W_r is a free
 matrix, a combination of `num_bases` shared bases (W_r = sum_b a_{r,b} V_b), or
 block-diagonal with `num_blocks` blocks.
 
@@ -15,8 +17,6 @@ product with it is a row lookup, and no N x N dense matrix is made.
 import numpy as np
 
 import ngnn as ng
-from ngnn.relations import relation_norm
-
 from .layers import Layer
 from .models import Model, _layer_seeds
 
@@ -73,9 +73,9 @@ class RGCNConv(Layer):
             raise ValueError(f"RGCNConv was built for {self.num_relations} relations, but "
                              f"the graph has {g.num_relations}")
         W = self.relation_weights()
-        norm = ng.constant(relation_norm(g).reshape(-1, 1), dtype=self.dtype)
-        with ng.zoomIn(g, node_feat={"h": h}, edge_feat={"norm": norm}) as v:
-            rst = sum(ng.dot(n.h, W[e.type]) * e.norm for n, e in zip(v.innbs, v.inedges))
+        with ng.zoomIn(g, node_feat={"h": h}) as v:
+            rst = sum(ng.mean([ng.dot(n.h, W[r]) for n in v.innbs.of_type(r)])
+                      for r in range(self.num_relations))
             if self.root is not None:
                 rst = rst + ng.dot(v.h, self.root)
             if self.bias is not None:

@@ -141,8 +141,12 @@ class NeighborSampler:
                     nodes.append(new)
                     count += new.size
                     src = row[src_global]
-                graphs.append(Graph(src, dst, num_nodes=count, num_dst=dst_rows))
-                edge_ids.append(g.in_eids[positions])
+                eids = g.in_eids[positions]
+                # A typed graph's blocks keep each sampled edge's relation.
+                types = {} if g.edge_type is None else dict(
+                    edge_type=g.edge_type[eids], num_relations=g.num_relations)
+                graphs.append(Graph(src, dst, num_nodes=count, num_dst=dst_rows, **types))
+                edge_ids.append(eids)
             all_nodes = np.concatenate(nodes) if len(nodes) > 1 else nodes[0]
         finally:
             row[np.concatenate(nodes)] = -1
