@@ -26,6 +26,7 @@ class LocalFeature(Op):
     kind = "prim"
     takes_sparse = True
     is_edge_type = False     # e.type of a typed graph (what W[e.type] may be indexed by)
+    attributes = (Attr("relation", printed=False),)
 
     def __init__(self, source, scope, context, relation=None):
         super().__init__([source], shape=source.shape[1:], dtype=source.dtype, scope=scope)
@@ -41,7 +42,7 @@ class LocalFeature(Op):
 class LocalDegree(Leaf):
     """The in- or out-degree of the current vertex (scope v) or of a neighbour, in the float
     dtype of the context's features (so float64 models stay float64)."""
-    attributes = (Attr("which", printed=False),)
+    attributes = (Attr("which", printed=False), Attr("relation", printed=False))
 
     def __init__(self, which, scope, context, relation=None):
         super().__init__((), context.float_dtype, scope=scope)
@@ -62,7 +63,7 @@ class LocalAggregate(Op):
     """sum / mean / max / min of a value over the current vertex's in- or out-edges; a vertex
     without such edges gets 0."""
     attributes = (Attr("reduce", printed=False),)
-    derived = ("over",)
+    derived = ("over", "relation")
 
     def __init__(self, value, reduce):
         value.zoom.check_open()
