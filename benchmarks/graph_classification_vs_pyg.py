@@ -9,7 +9,7 @@ Both sides train the same model on the same data, folds and settings:
   - GIN-0 (Xu et al. 2019) without batch normalization (ngnn has none): 5 layers counting
     the input, so 4 GINConv layers with eps = 0 and an MLP Linear-ReLU-Linear each, then
     ReLU; a sum readout (PyG: global_add_pool) of every layer, the input included; per layer
-    dropout 0.5 and a linear map to the classes, summed.
+    a linear map to the classes and dropout 0.5 on its scores, summed.
   - Adam, lr 0.01, no weight decay, no learning-rate decay; batches of 32 graphs, reshuffled
     every epoch; mean cross-entropy over the batch.
   - The graphs, node features (one-hot node labels; IMDB-BINARY: one-hot degree) and labels
@@ -74,8 +74,8 @@ def pyg_gin(in_feats, hidden, num_classes, num_layers=5, dropout=0.5):
             states = [x]
             for conv in self.convs:
                 states.append(torch.relu(conv(states[-1], edge_index)))
-            return sum(head(torch.nn.functional.dropout(global_add_pool(h, batch), dropout,
-                                                        self.training))
+            return sum(torch.nn.functional.dropout(head(global_add_pool(h, batch)), dropout,
+                                                   self.training)
                        for head, h in zip(self.heads, states))
     return GIN()
 

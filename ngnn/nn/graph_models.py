@@ -23,7 +23,7 @@ class GINGraph(Model):
     """GIN-0 for graphs: `num_layers` layers counting the input (the paper's 5), so
     num_layers - 1 GINConv layers (eps = 0, each MLP Linear-ReLU-Linear, then ReLU), a sum
     readout of every layer's node rows, the input included, and per layer a linear map of
-    its (dropped-out) readout to class scores, summed (the paper's official code). Weights
+    its readout to class scores, dropped out and summed (the paper's official code). Weights
     and biases start as the paper's code starts them (`init="fan_in"`, PyTorch's nn.Linear
     default); "glorot" gives Glorot-uniform weights and zero biases."""
 
@@ -50,7 +50,9 @@ class GINGraph(Model):
         for conv in convs:
             h = ng.relu(conv(g, h, training))
             states.append(h)
-        scores = [head(self._dropout(ng.readout(s, batch, self.readout), training))
+        # Dropout after each head's dense layer, on its class scores: the paper's "dropout
+        # after the dense layer", as its official code applies it.
+        scores = [self._dropout(head(ng.readout(s, batch, self.readout)), training)
                   for (_, head), s in zip(self.heads, states)]
         return sum(scores[1:], scores[0])
 
