@@ -19,8 +19,8 @@ import ngnn as ng
 def batch_norm(x, weight, bias, eps=1e-5, batch=None):
     """(y, mean, var, count): `x` (rows, F) normalized by its rows' mean and biased variance
     (over the real nodes of `batch` when given), times `weight` plus `bias` (both (F,));
-    mean and var are (F,), count (1,) the number of rows they were taken over (for the
-    unbiased variance of running statistics)."""
+    mean and var are (F,), count (1,) the number of rows they were taken over, at least 1
+    (for the unbiased variance of running statistics)."""
     from ngnn.op_graph.op import as_ops
     from ngnn.op_graph import ShapeError
     x, weight, bias = as_ops(x, weight, bias)
@@ -30,7 +30,8 @@ def batch_norm(x, weight, bias, eps=1e-5, batch=None):
     if eps <= 0:
         raise ValueError(f"batch_norm: eps must be positive, got {eps}")
     total = _row_sum(batch)
-    count = total(ng.constant(np.ones((x.shape[0], 1)), dtype=x.dtype))
+    # At least 1: a batch of graphs without nodes normalizes nothing, and gets no NaN.
+    count = ng.maximum(total(ng.constant(np.ones((x.shape[0], 1)), dtype=x.dtype)), 1.0)
     mean = total(x) / count
     centred = x - mean
     var = total(centred * centred) / count

@@ -92,6 +92,19 @@ def test_batch_statistics_leave_the_slots_padding_out(transformer_factory):
     assert out[3].tolist() == [n]
 
 
+def test_batch_norm_without_real_nodes_stays_finite(transformer_factory):
+    """Statistics over no node (every graph row masked out) divide by 1, not 0."""
+    loader = GraphLoader(graphs(4), batch_size=2, shuffle=False)
+    x = np.ones((loader.slot.num_nodes, 3))
+    xs = ng.placeholder(x.shape, dtype=np.float64)
+    y, mean, var, count = ng.batch_norm(xs, ng.constant(np.ones(3), dtype=np.float64),
+                                        ng.constant(np.zeros(3), dtype=np.float64),
+                                        batch=loader.slot)
+    out = transformer_factory().computation([y, count], xs, loader.slot.graph_mask)(
+        x, np.zeros(loader.slot.num_graphs, dtype=bool))
+    assert np.isfinite(out[0]).all() and out[1].tolist() == [1.0]
+
+
 def test_batch_norm_rejects_bad_input():
     x = ng.placeholder((5, 3), dtype=np.float64)
     with pytest.raises(ng.op_graph.ShapeError, match="batch_norm: expected x"):
