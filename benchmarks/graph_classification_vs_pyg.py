@@ -6,10 +6,10 @@ GIN paper's 10-fold cross-validation, and the time of a training epoch.
     python benchmarks/graph_classification_vs_pyg.py speed --dataset nci1 --epochs 3
 
 Both sides train the same model on the same data, folds and settings:
-  - GIN-0 (Xu et al. 2019) without batch normalization (ngnn has none): 5 layers counting
-    the input, so 4 GINConv layers with eps = 0 and an MLP Linear-ReLU-Linear each, then
-    ReLU; a sum readout (PyG: global_add_pool) of every layer, the input included; per layer
-    dropout 0.5 and a linear map to the classes, summed.
+  - GIN-0 (Xu et al. 2019): 5 layers counting the input, so 4 GINConv layers with eps = 0
+    and the paper's MLP Linear-BatchNorm-ReLU-Linear each, then BatchNorm and ReLU
+    (`--no-batch-norm`: Linear-ReLU-Linear, then ReLU); a sum readout (PyG: global_add_pool) of every layer, the input included; per layer
+    a linear map to the classes and dropout 0.5 on its scores, summed.
   - Adam, lr 0.01, no weight decay, no learning-rate decay; batches of 32 graphs, reshuffled
     every epoch; mean cross-entropy over the batch.
   - The graphs, node features (one-hot node labels; IMDB-BINARY: one-hot degree) and labels
@@ -56,44 +56,50 @@ def pyg_graphs(data):
     return out
 
 
-def pyg_gin(in_feats, hidden, num_classes, num_layers=5, dropout=0.5):
+def pyg_gin(in_feats, hidden, num_classes, num_layers=5, dropout=0.5, batch_norm=True):
     import torch
     from torch_geometric.nn import GINConv, global_add_pool
+
+    def norm():
+        return torch.nn.BatchNorm1d(hidden) if batch_norm else torch.nn.Identity()
 
     class GIN(torch.nn.Module):
         def __init__(self):
             super().__init__()
             widths = [in_feats] + [hidden] * (num_layers - 1)
             self.convs = torch.nn.ModuleList(
-                GINConv(torch.nn.Sequential(torch.nn.Linear(widths[i], hidden),
+                GINConv(torch.nn.Sequential(torch.nn.Linear(widths[i], hidden), norm(),
                                             torch.nn.ReLU(), torch.nn.Linear(hidden, hidden)),
                         eps=0.0)
                 for i in range(num_layers - 1))
+            self.norms = torch.nn.ModuleList(norm() for _ in range(num_layers - 1))
             self.heads = torch.nn.ModuleList(torch.nn.Linear(w, num_classes) for w in widths)
 
         def forward(self, x, edge_index, batch):
             states = [x]
-            for conv in self.convs:
-                states.append(torch.relu(conv(states[-1], edge_index)))
-            return sum(head(torch.nn.functional.dropout(global_add_pool(h, batch), dropout,
-                                                        self.training))
+            for conv, norm_ in zip(self.convs, self.norms):
+                states.append(torch.relu(norm_(conv(states[-1], edge_index))))
+            return sum(torch.nn.functional.dropout(head(global_add_pool(h, batch)), dropout,
+                                                   self.training)
                        for head, h in zip(self.heads, states))
     return GIN()
 
 
 class PygRun:
-    def __init__(self, data, hidden, seed, batch_size=32):
+    def __init__(self, data, hidden, seed, batch_size=32, batch_norm=True):
         import torch
         from torch_geometric.loader import DataLoader
         torch.manual_seed(seed)
         self.torch, self.DataLoader = torch, DataLoader
         self.graphs = pyg_graphs(data)
         self.data, self.hidden, self.seed, self.batch_size = data, hidden, seed, batch_size
+        self.batch_norm = batch_norm
 
     def reset(self):
         torch = self.torch
         torch.manual_seed(self.seed)
-        self.model = pyg_gin(self.data.num_features, self.hidden, self.data.num_classes)
+        self.model = pyg_gin(self.data.num_features, self.hidden, self.data.num_classes,
+                             batch_norm=self.batch_norm)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.01)
 
     def train_epoch(self, indices):
@@ -129,10 +135,11 @@ class PygRun:
 
 # ---- ngnn's side ------------------------------------------------------------------------
 
-def ngnn_trainer(data, hidden, seed, batch_size=32):
+def ngnn_trainer(data, hidden, seed, batch_size=32, batch_norm=True):
     from ngnn import nn
     from ngnn.graph_train import GraphTrainer
-    model = nn.GINGraph(data.num_features, hidden, data.num_classes, seed=seed)
+    model = nn.GINGraph(data.num_features, hidden, data.num_classes, seed=seed,
+                        batch_norm=batch_norm)
     return GraphTrainer(model, data, batch_size=batch_size, lr=0.01, seed=seed)
 
 
@@ -145,8 +152,8 @@ def accuracy(args):
     for name in args.datasets:
         data = datasets.load(name)
         folds = data.cross_validation(10)[:args.folds]
-        trainer = ngnn_trainer(data, args.hidden, args.seed)
-        pyg = PygRun(data, args.hidden, args.seed)
+        trainer = ngnn_trainer(data, args.hidden, args.seed, batch_norm=args.batch_norm)
+        pyg = PygRun(data, args.hidden, args.seed, batch_norm=args.batch_norm)
         curves = {"ngnn": [], "pyg": []}
         seconds = {"ngnn": 0.0, "pyg": 0.0}
         for k, (train, test) in enumerate(folds):
@@ -160,7 +167,8 @@ def accuracy(args):
         result = {side: summarize(np.stack(c)) for side, c in curves.items()}
         rows.append((name, result, seconds))
         trainer.transformer.close()
-    print(f"\nGIN-0 (no batch norm), {args.epochs} epochs, hidden {args.hidden}, batch 32, "
+    norm = "batch norm" if args.batch_norm else "no batch norm"
+    print(f"\nGIN-0 ({norm}), {args.epochs} epochs, hidden {args.hidden}, batch 32, "
           f"Adam lr 0.01, first {args.folds} of 10 folds; accuracy at the epoch of best mean "
           "test accuracy, mean ± std over folds (percent)")
     print(f"{'dataset':12s} {'ngnn':>16s} {'PyG':>16s} {'ngnn - PyG':>11s} {'paper':>12s} "
@@ -181,8 +189,8 @@ def speed(args):
     torch.set_num_threads(1)
     data = datasets.load(args.dataset)
     everything = np.arange(data.num_graphs)
-    trainer = ngnn_trainer(data, args.hidden, args.seed, args.batch_size)
-    pyg = PygRun(data, args.hidden, args.seed, args.batch_size)
+    trainer = ngnn_trainer(data, args.hidden, args.seed, args.batch_size, args.batch_norm)
+    pyg = PygRun(data, args.hidden, args.seed, args.batch_size, args.batch_norm)
     pyg.reset()
     times = {"ngnn": [], "pyg": []}
     cpu = {"ngnn": [], "pyg": []}
@@ -226,6 +234,9 @@ def main(argv=None):
     fast.add_argument("--batch-size", type=int, default=32)
     fast.add_argument("--hidden", type=int, default=64)
     fast.add_argument("--seed", type=int, default=0)
+    for command in (acc, fast):
+        command.add_argument("--no-batch-norm", dest="batch_norm", action="store_false",
+                             help="GIN's MLPs without the paper's batch norm, both sides")
     args = parser.parse_args(argv)
     accuracy(args) if args.what == "accuracy" else speed(args)
     return 0

@@ -18,6 +18,7 @@ from .ops import binary_cross_entropy_with_logits, softplus
 from .autodiff import grad
 from .graph import Graph
 from .batch import readout
+from .normalization import batch_norm
 from .random import manual_seed
 from .frontend import TracingError
 from .frontend import saga, zoomIn, zoomOut

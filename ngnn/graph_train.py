@@ -39,20 +39,21 @@ class GraphTrainer:
         dtype = model.parameters()[0].dtype
         self.x = ng.placeholder(self.loader.features.shape, dtype=dtype, name="batch_features")
         self.y = ng.placeholder((slot.num_graphs,), dtype=np.int64, name="graph_labels")
-        self.mask = ng.placeholder((slot.num_graphs,), dtype=np.bool_, name="graph_mask")
+        self.mask = slot.graph_mask
         self.optimizer = optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
         self.loss = ng.cross_entropy(model(slot.graph, self.x, slot, training=True), self.y,
                                      self.mask)
-        updates = self.optimizer.updates(self.loss)
+        updates = self.optimizer.updates(self.loss) + model.state_updates()
         seed_dropout([self.loss] + updates, seed)
         self.train_step = self.transformer.computation(
             [self.loss] + updates, self.x, self.y, self.mask, name="graph_train_step")
         self.logits = self.transformer.computation(
             model(slot.graph, self.x, slot, training=False), self.x, name="graph_logits")
-        self.variables = model.parameters() + [v for _, v in self.optimizer.named_state()]
+        self.variables = model.parameters() + model.buffers() + \
+            [v for _, v in self.optimizer.named_state()]
 
     def reset(self):
-        """Every parameter and optimizer state back to its initial value."""
+        """Every parameter, buffer and optimizer state back to its initial value."""
         for v in self.variables:
             self.transformer.set_variable(v, v.initial_value)
 

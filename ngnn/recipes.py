@@ -242,8 +242,8 @@ def make_trainer(args, data, seed, transformer=None, comm=None):
 
 GRAPH_MODELS = ("gin", "gcn")
 # The GIN paper's settings (Xu et al. 2019): 5 layers counting the input, hidden 64 (its
-# grid: 16 or 32 for the bio datasets, 64 for social), batch 32, dropout 0.5 before each
-# readout's linear map, Adam lr 0.01 (without the paper's halving every 50 epochs), 350 epochs.
+# grid: 16 or 32 for the bio datasets, 64 for social), batch norm in the MLPs, batch 32,
+# dropout 0.5 after each readout's linear map, Adam lr 0.01 (without the paper's halving every 50 epochs), 350 epochs.
 GRAPH_DEFAULTS = dict(hidden=64, dropout=0.5, lr=0.01, weight_decay=0.0, epochs=350)
 
 

@@ -16,8 +16,14 @@ class Layer:
         self.dtype = np.dtype(dtype)
         self.params = []
 
+    updates = ()          # assignments a training call records (nn.BatchNorm's statistics)
+
     def parameters(self):
         return list(self.params)
+
+    def buffers(self):
+        """Variables the layer keeps that no optimizer trains."""
+        return []
 
     def glorot(self, name, shape):
         fan_in, fan_out = int(np.prod(shape[:-1])), shape[-1]

@@ -55,6 +55,16 @@ class Model:
     def parameters(self):
         return [p for _, layer in self.layers for p in layer.parameters()]
 
+    def buffers(self):
+        """Variables the model keeps that no optimizer trains (batch norm's running
+        statistics): a trainer resets them with the parameters."""
+        return [b for _, layer in self.layers for b in layer.buffers()]
+
+    def state_updates(self):
+        """The assignments of those variables that the latest training call recorded: a
+        training step runs them with the optimizer's."""
+        return [u for _, layer in self.layers for u in layer.updates]
+
     def named_parameters(self):
         """[(name, variable)], names unique within the model (for checkpoints)."""
         return [(f"{name}.{p.name.rsplit('.', 1)[-1]}", p)

@@ -30,11 +30,16 @@ from .slot import GraphSlot
 class BatchSlot:
     """Room for a batch of up to `num_graphs - 1` graphs with `num_nodes - 1` vertices and
     `num_edges` edges: `graph` (the message-passing GraphSlot) and `readout_graph` (the
-    readout GraphSlot), what models and ng.readout take. The last graph row is padding."""
+    readout GraphSlot), what models and ng.readout take. The last graph row is padding.
+    `graph_mask`, a placeholder of one bool per graph row, marks the loaded batch's graphs:
+    a training step is fed it (the loader's `mask`) so that the loss and batch statistics
+    (ng.batch_norm) leave the padding out."""
 
     def __init__(self, num_nodes, num_edges, num_graphs):
+        import ngnn as ng
         self.num_nodes = num_nodes
         self.num_graphs = num_graphs
+        self.graph_mask = ng.placeholder((num_graphs,), dtype=np.bool_, name="graph_mask")
         self.graph = GraphSlot(num_nodes, num_edges)
         self.readout_graph = GraphSlot(num_nodes, num_nodes, num_dst=num_graphs)
         self.loaded = 0           # graphs of the loaded batch
