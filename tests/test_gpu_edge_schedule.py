@@ -207,7 +207,7 @@ def test_graph_ops_on_a_star_hub_equal_numpy_and_repeat(gpu, dtype, rtol):
     comp = assert_equal_to_numpy_and_repeatable(
         gpu, outs + ng.grad(loss, [h, w]), [h, w], [x, weights], rtol)
     templates = {k.template for k in comp.executor.kernels}
-    assert {"partial.j2", "vertex_rows.j2", "edge_rows.j2"} <= templates
+    assert {"partial.j2", "vertex_rows.j2"} <= templates
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
