@@ -11,6 +11,7 @@ import pytest
 import ngnn as ng
 from ngnn import datasets, nn
 from ngnn import transformers as ngt
+from ngnn.transformers.gpu.kernels import loop_order
 from ngnn.transformers.gpu.schedule import CHUNK, EdgeSchedule, edge_schedule
 
 HUB = 100_000
@@ -250,3 +251,41 @@ def test_rmat_training_step_is_balanced_equal_to_numpy_and_repeatable(gpu, model
     for walked in walks:
         assert walked.max() <= 2 * walked.mean()
     assert max(w.max() for w in walks) < g.in_degrees.max()
+
+
+def kernel_sources(source):
+    """{kernel name: its C text} of a program."""
+    return {k.split("(", 1)[0]: k for k in source.split("KERNEL void ")[1:]}
+
+
+def test_a_group_writes_its_edge_and_vertex_outputs_in_one_walk_and_stores_edge_values_in_loop_order(gpu):
+    """GAT's backward stores the attention logits' gradient (E x heads): the group writes it
+    with its per-vertex outputs from one walk of the in-CSR, in in-CSR order (`out[k]`),
+    and the out-CSR walk reads it through one permutation, never by edge id."""
+    g = rmat(3000)
+    h = ng.placeholder((g.num_nodes, 3), dtype=np.float64, name="h")
+    layers = MODELS["gat"](3)
+    loss = weighted_loss([layers(g, h, training=True)])
+    comp = gpu.computation([loss] + ng.grad(loss, layers.parameters()), h)
+    comp.transform()
+    ordered = loop_order(comp.kernel_plan, comp.results)
+    assert len(ordered) == 2        # one per layer (GAT walks g with self loops added)
+    sources = kernel_sources(comp.source)
+    kernels = comp.executor.kernels
+    both = [k for k in kernels if {o.scope for o in k.outputs} == {"e", "n"}]
+    assert both, "no kernel writes an edge and a per-vertex output together"
+    for op, (graph, at) in ordered.items():
+        (writer,) = [k for k in kernels if op in k.outputs]
+        name = "out" if writer.outputs[0] is op else \
+            re.search(r"(out_\d+)\[k \* ", sources[writer.name]).group(1)
+        assert re.search(rf"\b{name}\[k \* \d+ \+ f\]", sources[writer.name])
+        readers = [k for k in kernels if op in k.inputs]
+        assert readers
+        for kernel in readers:
+            text, c_name = sources[kernel.name], kernel.input_names[op]
+            rows = re.findall(rf"\b{c_name}\[\(([^)]*\]?)\)", text)
+            assert rows, text
+            for row in rows:
+                # This loop's slot (in this CSR's order) or its slot in the other CSR.
+                assert re.fullmatch(r"k\d*|graph_(in_to_out|out_to_in)\[k\d*\]", row), row
+    # The values equal NumPy's (test_rmat_training_step_is_balanced_equal_to_numpy_...).

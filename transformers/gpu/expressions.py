@@ -139,6 +139,7 @@ class KernelParams:
         self.partial_computed = computed  # what this kernel's partial kernels compute
         self.written = {}         # op -> C name of its output, for a kernel of several outputs
         self.layout = {}          # edge value -> (graph, CSR "dst" or "src") it is stored in order of
+        self.edge_inputs = set()  # stored inputs read at the edges of an edge loop
         self.vertex = None        # the vertex of the output element being computed
         self.uses_step = False
         self.uses_double = False
@@ -336,7 +337,8 @@ class Block:
                 found = literal(op.value, op.dtype)
             elif self.params.is_stored(op):
                 self.params.check_read(op, coords[0] if coords else None)
-                if coords and op.scope == "e":
+                if coords and self._loop_block(coords[0]) is not None:
+                    self.params.edge_inputs.add(self.params.plan.base(op))
                     coords = (self.edge_row(op, coords[0]),) + coords[1:]
                 found = self.load(op, flat_index(coords, op.shape))
             else:

@@ -113,6 +113,8 @@ class GPUKernel:
         self.template = template
         self.fields = fields
         self.inputs = list(params.tensors)
+        self.input_names = dict(params.tensors)      # stored input -> its C parameter
+        self.edge_inputs = set(params.edge_inputs)    # inputs read one row per edge walked
         self.partials = partials
         self.walk = walk
         out_dtype = partials.dtype if partials else op.dtype
@@ -154,23 +156,21 @@ class GPUKernel:
         """(buffer, bytes) for each buffer the kernel touches: its outputs, scratch buffers
         and dense inputs whole, except where its edge loops walk only part of the graph's
         edges (a partial kernel its heavy rows, a per-vertex kernel its light ones;
-        EdgeSchedule.walked_share): of an edge-sized input or edge-indexed graph array
-        it touches those edges' rows, of a node-sized one the rows of the vertices it
-        reads at."""
+        EdgeSchedule.walked_share): of an input its edge loops read one row per edge, or
+        an edge-indexed graph array, it touches those edges' rows, of a node-sized input
+        the rows of the vertices it reads at."""
         edges, vertices = (1.0, 1.0) if self.walk is None else \
             self.walk[0].walked_share(self.walk[1])
         graph = self.walk[0].graph if self.walk else None
 
-        def share(rows, edge_scoped):
-            if graph is None or not rows:
-                return 1.0
-            if edge_scoped or (rows == graph.num_edges != graph.num_nodes):
+        def share(t):
+            if t in self.edge_inputs:
                 return edges
-            return vertices if rows == graph.num_nodes else 1.0
+            return vertices if graph is not None and t.shape and \
+                t.shape[0] == graph.num_nodes else 1.0
         out = [(o, o.nbytes) for o in self.outputs]
         out += [(b[1], b[1].nbytes) for b in self.bindings if b[0] == "scratch"]
-        out += [(t, round(t.nbytes * share(t.shape[0] if t.shape else 0, t.scope == "e")))
-                for t in self.inputs]
+        out += [(t, round(t.nbytes * share(t))) for t in self.inputs]
         for kind, owner, attribute in (b for b in self.bindings if b[0] == "graph"):
             array = np.asarray(getattr(owner, attribute))
             indexed = attribute in EDGE_INDEXED and owner is graph
