@@ -140,6 +140,7 @@ class KernelParams:
         self.written = {}         # op -> C name of its output, for a kernel of several outputs
         self.layout = {}          # edge value -> (graph, CSR "dst" or "src") it is stored in order of
         self.edge_inputs = set()  # stored inputs read at the edges of an edge loop
+        self.own_edges = {}       # edge output this kernel wrote before -> (graph, at) walked
         self.vertex = None        # the vertex of the output element being computed
         self.uses_step = False
         self.uses_double = False
@@ -161,7 +162,8 @@ class KernelParams:
         """A kernel of several outputs reads one it wrote earlier (after a barrier) only at
         the vertex of the element it computes, which its own work-group wrote."""
         base = self.plan.base(op)
-        if base in self.written and (op is not base or vertex != self.vertex):
+        if base in self.written and base not in self.own_edges and \
+                (op is not base or vertex != self.vertex):
             raise ReadAcrossWorkGroups(op)
 
     def graph_array(self, graph, attribute):
@@ -225,6 +227,17 @@ class Block:
                 return block
             block = block.parent
         return None
+
+    def rewalks_own_edges(self, op, coords):
+        """Whether an edge output this kernel wrote earlier is read where its work-group
+        did not write it: it is read back inside a loop over the element's own vertex's
+        edges in the CSR the kernel walks (a light row's edges, written by this
+        work-group before a barrier), and computed again anywhere else."""
+        walk = self.params.own_edges.get(op)
+        if walk is None:
+            return False
+        loop = self._loop_of(coords[0])
+        return not (loop and (loop[1], loop[2]) == walk and loop[3] == self.params.vertex)
 
     def edge_row(self, op, eid):
         """The row of stored edge value `op` holding edge `eid`: the edge id, or, for a
@@ -335,7 +348,7 @@ class Block:
         if found is None:
             if isinstance(op, Constant) and op.is_scalar:
                 found = literal(op.value, op.dtype)
-            elif self.params.is_stored(op):
+            elif self.params.is_stored(op) and not self.rewalks_own_edges(op, coords):
                 self.params.check_read(op, coords[0] if coords else None)
                 if coords and self._loop_block(coords[0]) is not None:
                     self.params.edge_inputs.add(self.params.plan.base(op))

@@ -343,9 +343,10 @@ class GPUKernelGenerator(TypeDispatched):
         (`RowLoop`) per output: a per-vertex output over the schedule's rows, reading one
         written before it (after a barrier) at its own vertex only, which its work-group
         wrote; an edge output (a group's stored edge value, an edge softmax) over each
-        row's edges, light rows in the schedule's groups, heavy ones in pieces. Edge
-        outputs are computed in registers wherever the kernel needs them, and an edge part
-        reads none of the kernel's per-vertex outputs (a heavy row's piece is walked by a
+        row's edges, light rows in the schedule's groups, heavy ones in pieces. A later
+        per-vertex output reads an edge output back on its own vertex's edges (a light
+        row's, which its work-group wrote) and computes it again elsewhere (a partial
+        kernel does); an edge part reads none of the kernel's per-vertex outputs (a heavy row's piece is walked by a
         work-group that did not write its vertex): where it would, `vertex_rows_of` gives
         it a kernel of its own.""" 
         schedule = edge_schedule(graph, at)
@@ -360,13 +361,17 @@ class GPUKernelGenerator(TypeDispatched):
         parts = []
         for i, (op, out) in enumerate(zip(ops, outs)):
             row = int(np.prod(op.shape[1:], dtype=np.int64))
-            params.computed = vertex_computed
             params.written = {o: name for o, name in written.items() if o.scope != "e"}
             try:
                 if op.scope == "e":
+                    params.computed, params.own_edges = vertex_computed, {}
                     params.vertex = None        # it reads none of the kernel's vertex outputs
                     parts.append(self.edge_part(op, out, params, graph, at))
                     continue
+                # Edge outputs written before: read back on the rows this work-group wrote.
+                params.own_edges = {o: (graph, at) for o in ops[:i] if o.scope == "e"}
+                params.computed = vertex_computed - set(params.own_edges)
+                params.written.update((o, written[o]) for o in params.own_edges)
                 block = Block(params, indent="        ")
                 coords = unravel("gid", op.shape)
                 params.vertex = coords[0]
