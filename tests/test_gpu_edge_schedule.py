@@ -258,7 +258,7 @@ def kernel_sources(source):
     return {k.split("(", 1)[0]: k for k in source.split("KERNEL void ")[1:]}
 
 
-def test_a_group_writes_its_edge_and_vertex_outputs_in_one_walk_and_stores_edge_values_in_loop_order(gpu):
+def test_one_walk_writes_edge_and_vertex_outputs_and_edge_values_are_read_in_loop_order(gpu):
     """GAT's backward stores the attention logits' gradient (E x heads): the group writes it
     with its per-vertex outputs from one walk of the in-CSR, in in-CSR order (`out[k]`),
     and the out-CSR walk reads it through one permutation, never by edge id."""

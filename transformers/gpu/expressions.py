@@ -138,7 +138,7 @@ class KernelParams:
         self.partial_kernels = None   # the generator's: (EdgeReduction, params) -> ChunkPartials
         self.partial_computed = computed  # what this kernel's partial kernels compute
         self.written = {}         # op -> C name of its output, for a kernel of several outputs
-        self.layout = {}          # edge value -> (graph, CSR "dst" or "src") it is stored in order of
+        self.layout = {}          # edge value -> (graph, "dst"/"src"): the CSR it is stored in
         self.edge_inputs = set()  # stored inputs read at the edges of an edge loop
         self.own_edges = {}       # edge output this kernel wrote before -> (graph, at) walked
         self.vertex = None        # the vertex of the output element being computed

@@ -346,9 +346,9 @@ class GPUKernelGenerator(TypeDispatched):
         row's edges, light rows in the schedule's groups, heavy ones in pieces. A later
         per-vertex output reads an edge output back on its own vertex's edges (a light
         row's, which its work-group wrote) and computes it again elsewhere (a partial
-        kernel does); an edge part reads none of the kernel's per-vertex outputs (a heavy row's piece is walked by a
-        work-group that did not write its vertex): where it would, `vertex_rows_of` gives
-        it a kernel of its own.""" 
+        kernel does); an edge part reads none of the kernel's per-vertex outputs (a heavy
+        row's piece is walked by a work-group that did not write its vertex): where it
+        would, `vertex_rows_of` cuts the kernel before it."""
         schedule = edge_schedule(graph, at)
         params = self.params()
         edge_ops = [op for op in ops if op.scope == "e"]
@@ -413,10 +413,6 @@ class GPUKernelGenerator(TypeDispatched):
             else None
         return RowLoop(int(np.prod(features, dtype=np.int64)), block.text(), edge=True,
                        hoisted=hoisted.text(), value=value, out=out, slot=slot, eids=eids)
-
-    def edge_rows(self, op, graph, at):
-        """An edge root alone (an edge softmax): `vertex_rows` with one edge output."""
-        return self.vertex_rows([op], graph, at)
 
     def partial_buffer(self, reduction, params):
         """The partials of `reduction` over its schedule's chunks, for a kernel computing
@@ -643,4 +639,4 @@ class GPUKernelGenerator(TypeDispatched):
 
     @generate.on_type(EdgeSoftmax)
     def generate(self, op):
-        return self.edge_rows(op, op.graph, op.at)
+        return self.vertex_rows([op], op.graph, op.at)
