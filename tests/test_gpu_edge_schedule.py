@@ -259,33 +259,35 @@ def kernel_sources(source):
 
 
 def test_one_walk_writes_edge_and_vertex_outputs_and_edge_values_are_read_in_loop_order(gpu):
-    """GAT's backward stores the attention logits' gradient (E x heads): the group writes it
-    with its per-vertex outputs from one walk of the in-CSR, in in-CSR order (`out[k]`),
-    and the out-CSR walk reads it through one permutation, never by edge id."""
+    """An edge value too long to recompute (a chain of 60 ops, over max_recompute) that a
+    destination walk makes and sums and a source walk reads: the destination group writes
+    it together with its sum from one walk of the in-CSR, at the loop's slot
+    (`out[k * F + f]`), and every read of it indexes a loop slot or, in the source walk,
+    that slot's place in the in-CSR; never an edge id. Values equal NumPy's, and repeat."""
     g = rmat(3000)
-    h = ng.placeholder((g.num_nodes, 3), dtype=np.float64, name="h")
-    layers = MODELS["gat"](3)
-    loss = weighted_loss([layers(g, h, training=True)])
-    comp = gpu.computation([loss] + ng.grad(loss, layers.parameters()), h)
-    comp.transform()
+    x = ng.placeholder((g.num_nodes, 4), dtype=np.float64, name="x")
+    e = ng.gather(x, g, by="src") * ng.gather(x, g, by="dst")
+    for _ in range(20):
+        e = ng.tanh(e) * 0.9 + 0.1
+    into = ng.aggregate(e, g, at="dst", reduce="sum")
+    out_of = ng.aggregate(e * ng.gather(x, g, by="dst"), g, at="src", reduce="max")
+    comp = assert_equal_to_numpy_and_repeatable(
+        gpu, [into, out_of], [x], [rng.standard_normal((g.num_nodes, 4))], 1e-12)
     ordered = loop_order(comp.kernel_plan, comp.results)
-    assert len(ordered) == 2        # one per layer (GAT walks g with self loops added)
+    assert list(ordered.values()) == [(g, "dst")]
+    (op,) = ordered
     sources = kernel_sources(comp.source)
     kernels = comp.executor.kernels
-    both = [k for k in kernels if {o.scope for o in k.outputs} == {"e", "n"}]
-    assert both, "no kernel writes an edge and a per-vertex output together"
-    for op, (graph, at) in ordered.items():
-        (writer,) = [k for k in kernels if op in k.outputs]
-        name = "out" if writer.outputs[0] is op else \
-            re.search(r"(out_\d+)\[k \* ", sources[writer.name]).group(1)
-        assert re.search(rf"\b{name}\[k \* \d+ \+ f\]", sources[writer.name])
-        readers = [k for k in kernels if op in k.inputs]
-        assert readers
-        for kernel in readers:
-            text, c_name = sources[kernel.name], kernel.input_names[op]
-            rows = re.findall(rf"\b{c_name}\[\(([^)]*\]?)\)", text)
-            assert rows, text
-            for row in rows:
-                # This loop's slot (in this CSR's order) or its slot in the other CSR.
-                assert re.fullmatch(r"k\d*|graph_(in_to_out|out_to_in)\[k\d*\]", row), row
-    # The values equal NumPy's (test_rmat_training_step_is_balanced_equal_to_numpy_...).
+    (writer,) = [k for k in kernels if op in k.outputs]
+    assert {o.scope for o in writer.outputs} == {"e", "n"}     # the edge value and its sum
+    name = "out" if writer.outputs[0] is op else \
+        re.search(r"(out_\d+)\[k \* 4 \+ f\]", sources[writer.name]).group(1)
+    assert re.search(rf"\b{name}\[k \* 4 \+ f\]", sources[writer.name])
+    readers = [k for k in kernels if op in k.inputs]
+    assert readers and all(k.walk[0].at == "src" for k in readers)
+    for kernel in readers:
+        text, c_name = sources[kernel.name], kernel.input_names[op]
+        rows = re.findall(rf"\b{c_name}\[\(([^)]*\]?)\)", text)
+        assert rows, text
+        for row in rows:
+            assert re.fullmatch(r"graph_out_to_in\[k\d*\]", row), row
