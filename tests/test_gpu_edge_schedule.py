@@ -11,6 +11,7 @@ import pytest
 import ngnn as ng
 from ngnn import datasets, nn
 from ngnn import transformers as ngt
+from ngnn.transformers.gpu.kernels import loop_order
 from ngnn.transformers.gpu.schedule import CHUNK, EdgeSchedule, edge_schedule
 
 HUB = 100_000
@@ -207,7 +208,7 @@ def test_graph_ops_on_a_star_hub_equal_numpy_and_repeat(gpu, dtype, rtol):
     comp = assert_equal_to_numpy_and_repeatable(
         gpu, outs + ng.grad(loss, [h, w]), [h, w], [x, weights], rtol)
     templates = {k.template for k in comp.executor.kernels}
-    assert {"partial.j2", "vertex_rows.j2", "edge_rows.j2"} <= templates
+    assert {"partial.j2", "vertex_rows.j2"} <= templates
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
@@ -250,3 +251,43 @@ def test_rmat_training_step_is_balanced_equal_to_numpy_and_repeatable(gpu, model
     for walked in walks:
         assert walked.max() <= 2 * walked.mean()
     assert max(w.max() for w in walks) < g.in_degrees.max()
+
+
+def kernel_sources(source):
+    """{kernel name: its C text} of a program."""
+    return {k.split("(", 1)[0]: k for k in source.split("KERNEL void ")[1:]}
+
+
+def test_one_walk_writes_edge_and_vertex_outputs_and_edge_values_are_read_in_loop_order(gpu):
+    """An edge value too long to recompute (a chain of 60 ops, over max_recompute) that a
+    destination walk makes and sums and a source walk reads: the destination group writes
+    it together with its sum from one walk of the in-CSR, at the loop's slot
+    (`out[k * F + f]`), and every read of it indexes a loop slot or, in the source walk,
+    that slot's place in the in-CSR; never an edge id. Values equal NumPy's, and repeat."""
+    g = rmat(3000)
+    x = ng.placeholder((g.num_nodes, 4), dtype=np.float64, name="x")
+    e = ng.gather(x, g, by="src") * ng.gather(x, g, by="dst")
+    for _ in range(20):
+        e = ng.tanh(e) * 0.9 + 0.1
+    into = ng.aggregate(e, g, at="dst", reduce="sum")
+    out_of = ng.aggregate(e * ng.gather(x, g, by="dst"), g, at="src", reduce="max")
+    comp = assert_equal_to_numpy_and_repeatable(
+        gpu, [into, out_of], [x], [rng.standard_normal((g.num_nodes, 4))], 1e-12)
+    ordered = loop_order(comp.kernel_plan, comp.results)
+    assert list(ordered.values()) == [(g, "dst")]
+    (op,) = ordered
+    sources = kernel_sources(comp.source)
+    kernels = comp.executor.kernels
+    (writer,) = [k for k in kernels if op in k.outputs]
+    assert {o.scope for o in writer.outputs} == {"e", "n"}     # the edge value and its sum
+    name = "out" if writer.outputs[0] is op else \
+        re.search(r"(out_\d+)\[k \* 4 \+ f\]", sources[writer.name]).group(1)
+    assert re.search(rf"\b{name}\[k \* 4 \+ f\]", sources[writer.name])
+    readers = [k for k in kernels if op in k.inputs]
+    assert readers and all(k.walk[0].at == "src" for k in readers)
+    for kernel in readers:
+        text, c_name = sources[kernel.name], kernel.input_names[op]
+        rows = re.findall(rf"\b{c_name}\[\(([^)]*\]?)\)", text)
+        assert rows, text
+        for row in rows:
+            assert re.fullmatch(r"graph_out_to_in\[k\d*\]", row), row

@@ -77,3 +77,30 @@ def test_profile_command_refuses_numpy(capsys):
     assert cli.main(["profile", "--model", "gcn", "--dataset", "cora",
                      "--backend", "numpy"]) == 2
     assert "the numpy backend runs no device kernels" in capsys.readouterr().err
+
+
+@needs_gpu
+def test_global_bytes_count_what_a_kernel_walking_part_of_the_edges_touches():
+    """A partial kernel walks the heavy rows' edges only, a per-vertex kernel the light
+    rows' edges: each counts those edges' share of an edge-sized input and of the graph's
+    edge-indexed arrays; together they count each edge once."""
+    g = star(600)           # the centre's 600 in-edges are its one heavy row; 1 edge more
+    h = ng.placeholder((601, 4), name="h")
+    w = ng.placeholder((601, 1), name="w")
+    out = ng.aggregate(ng.gather(h, g, by="src") * w, g, at="dst", reduce="sum")
+    with ngt.make_transformer("gpu") as t:
+        comp = t.computation([out], h, w)
+        comp.transform()
+        (partial,) = [k for k in comp.executor.kernels if k.template == "partial.j2"]
+        (rows,) = [k for k in comp.executor.kernels if k.template == "vertex_rows.j2"]
+        w_bytes = {kernel: dict((str(what), n) for what, n in kernel.traffic())[str(w)]
+                   for kernel in (partial, rows)}
+        assert w_bytes == {partial: round(w.nbytes * 600 / 601),
+                           rows: round(w.nbytes * 1 / 601)}
+        for kernel in (partial, rows):
+            assert kernel.global_bytes() == sum(n for _, n in kernel.traffic())
+            assert kernel.global_bytes() < sum(t.nbytes for t in kernel.inputs) + \
+                sum(o.nbytes for o in kernel.outputs) + \
+                sum(b[1].nbytes for b in kernel.bindings if b[0] == "scratch") + \
+                sum(4 * np.asarray(getattr(b[1], b[2])).size
+                    for b in kernel.bindings if b[0] == "graph")

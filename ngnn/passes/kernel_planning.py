@@ -7,7 +7,9 @@ propagation). The plan keeps Fusion's decisions whole:
     group's other ops, recomputed ones included, are inlined into those kernels; so a value
     is stored exactly where Fusion says it is (`recompute`, `max_recompute` included);
   - outside the groups, an op a kernel can evaluate per coordinate is inlined into the
-    kernel that reads it when all its readers sit in that kernel: a chain of element-wise
+    kernel that reads it when all its readers sit in that kernel (a transpose,
+    slice, broadcast, reshape or dropout into each of several such kernels: a copy would
+    cost a write and a read): a chain of element-wise
     ops becomes one kernel (ngraph's ElementWiseKernel), a dense softmax reads its exp
     chain from registers; a sparse dropout is applied per stored value by every product
     reading it. Every other op is the root of a kernel of its own.
@@ -17,13 +19,17 @@ The pass replaces the steps of the computation by `KernelGroup`s (and plain ops 
 kernels that inline nothing), so BufferSharing plans the buffers the kernels read and write,
 and the IR shows exactly the kernels that run.
 """
-from ..op_graph import (Assign, Broadcast, Communication, Constant, ElementWise, Gather, OneHot,
-                        Placeholder, Reshape, Slice, Transpose, Variable)
+from ..op_graph import (Assign, Broadcast, Communication, Constant, Dropout, ElementWise, Gather,
+                        OneHot, Placeholder, Reshape, Slice, Transpose, Variable)
 from .base import GraphPass
 from .fusion import FusedGroup
 
 # Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
 INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
+# Ops of one element of their argument each, computed from the element's position alone
+# (a dropout's mask is): inlined into every kernel reading them, however many, each reading
+# the argument in place of a stored copy that would be written and read again.
+PER_ELEMENT_OPS = (Broadcast, Transpose, Slice, Reshape, Dropout)
 LEAVES = (Placeholder, Variable, Constant)
 
 
@@ -121,12 +127,13 @@ def plan_kernels(steps, ops, results, inline=True):
         # Stored, never inlined: class ids a one-hot reads (the executor range-checks
         # them) and values communication reads (it runs on the host).
         must_store = any(isinstance(r, (OneHot, Communication)) for r in users[op])
-        if inline and op not in results and len(homes) == 1 and isinstance(op, INLINE_OPS) \
-                and all(r in computed_by for r in users[op]) and not must_store:
-            (home,) = homes
-            home.inlined.add(op)
-            kernel_of[op] = home
-            computed_by[op] = {home}
+        if inline and op not in results and isinstance(op, INLINE_OPS) and \
+                (len(homes) == 1 or isinstance(op, PER_ELEMENT_OPS)) and \
+                all(r in computed_by for r in users[op]) and not must_store:
+            for home in homes:
+                home.inlined.add(op)
+            kernel_of[op] = next(iter(homes))
+            computed_by[op] = homes
         elif isinstance(op, Reshape):
             views.add(op)
         else:

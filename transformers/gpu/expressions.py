@@ -138,6 +138,9 @@ class KernelParams:
         self.partial_kernels = None   # the generator's: (EdgeReduction, params) -> ChunkPartials
         self.partial_computed = computed  # what this kernel's partial kernels compute
         self.written = {}         # op -> C name of its output, for a kernel of several outputs
+        self.layout = {}          # edge value -> (graph, "dst"/"src"): the CSR it is stored in
+        self.edge_inputs = set()  # stored inputs read at the edges of an edge loop
+        self.own_edges = {}       # edge output this kernel wrote before -> (graph, at) walked
         self.vertex = None        # the vertex of the output element being computed
         self.uses_step = False
         self.uses_double = False
@@ -159,7 +162,8 @@ class KernelParams:
         """A kernel of several outputs reads one it wrote earlier (after a barrier) only at
         the vertex of the element it computes, which its own work-group wrote."""
         base = self.plan.base(op)
-        if base in self.written and (op is not base or vertex != self.vertex):
+        if base in self.written and base not in self.own_edges and \
+                (op is not base or vertex != self.vertex):
             raise ReadAcrossWorkGroups(op)
 
     def graph_array(self, graph, attribute):
@@ -202,6 +206,7 @@ class Block:
         self.lines = []
         self.cache = {}
         self.loop = None          # (edge id, graph, end, vertex, hoisting block) of a loop body
+        self.slot = None          # the CSR slot variable of that loop (its edge is eids[slot])
         self.counter = None       # the variable of a counted loop whose body this is
 
     def child(self):
@@ -212,12 +217,46 @@ class Block:
 
     def _loop_of(self, eid):
         """The enclosing edge loop whose edge id variable is `eid`, if any."""
+        block = self._loop_block(eid)
+        return block.loop if block else None
+
+    def _loop_block(self, eid):
         block = self
         while block is not None:
             if block.loop is not None and block.loop[0] == eid:
-                return block.loop
+                return block
             block = block.parent
         return None
+
+    def rewalks_own_edges(self, op, coords):
+        """Whether an edge output this kernel wrote earlier is read where its work-group
+        did not write it: it is read back inside a loop over the element's own vertex's
+        edges in the CSR the kernel walks (a light row's edges, written by this
+        work-group before a barrier), and computed again anywhere else."""
+        walk = self.params.own_edges.get(op)
+        if walk is None:
+            return False
+        loop = self._loop_of(coords[0])
+        return not (loop and (loop[1], loop[2]) == walk and loop[3] == self.params.vertex)
+
+    def edge_row(self, op, eid):
+        """The row of stored edge value `op` holding edge `eid`: the edge id, or, for a
+        value stored in loop order (KernelParams.layout), the slot of the enclosing loop
+        over the same CSR, or that slot's position in the CSR it is stored in order of."""
+        order = self.params.layout.get(self.params.plan.base(op))
+        if order is None:
+            return eid
+        graph, order = order
+        block = self._loop_block(eid)
+        if block is None or block.loop[1] is not graph:
+            raise AssertionError(f"{op} is stored in loop order but read outside a loop "
+                                 "over its graph's edges")
+        at = block.loop[2]
+        if at == order:
+            return block.slot
+        perm = self.params.graph_array(block.loop[1], "in_to_out" if at == "dst"
+                                       else "out_to_in")
+        return f"{perm}[{block.slot}]"
 
     def hoistable(self, loop, coords):
         """May a value at `coords` be computed before `loop`, the enclosing edge loop? Not
@@ -236,19 +275,23 @@ class Block:
         the body asks to hoist go to `pre`, a block emitted just before the loop."""
         prefix = "in" if at == "dst" else "out"
         indptr = self.params.graph_array(graph, f"{prefix}_indptr")
-        eids = self.params.graph_array(graph, f"{prefix}_eids")
         pre = pre or self
         start = pre.declare(np.int32, f"{indptr}[{vertex}]", "start")
         end = pre.declare(np.int32, f"{indptr}[{vertex} + 1]", "end")
         k = self.params.fresh("k")
         body = Block(self.params, pre, self.indent + "    ")
-        eid = body.declare(np.int32, f"{eids}[{k}]", "eid")
+        eid = self.params.fresh("eid")
         body.loop = (eid, graph, at, vertex, pre)
+        body.slot = k
         header = f"for (int {k} = {start}; {k} < {end}; ++{k}) {{"
 
         def close(heavy=None):
             """Emits the loop; `heavy` = (condition, statements) runs those instead of it
-            where the condition holds (a heavy row folds its chunks' partials)."""
+            where the condition holds (a heavy row folds its chunks' partials). The edge
+            id is loaded only where the body reads it."""
+            if any(re.search(rf"\b{eid}\b", line) for line in body.lines):
+                eids = self.params.graph_array(graph, f"{prefix}_eids")
+                body.lines.insert(0, f"int {eid} = {eids}[{k}];")
             if pre is not self:
                 self.lines.extend(pre.lines)
                 self.cache.update(pre.cache)
@@ -305,8 +348,11 @@ class Block:
         if found is None:
             if isinstance(op, Constant) and op.is_scalar:
                 found = literal(op.value, op.dtype)
-            elif self.params.is_stored(op):
+            elif self.params.is_stored(op) and not self.rewalks_own_edges(op, coords):
                 self.params.check_read(op, coords[0] if coords else None)
+                if coords and self._loop_block(coords[0]) is not None:
+                    self.params.edge_inputs.add(self.params.plan.base(op))
+                    coords = (self.edge_row(op, coords[0]),) + coords[1:]
                 found = self.load(op, flat_index(coords, op.shape))
             else:
                 found = yield self.compute_steps(op, coords)
@@ -317,6 +363,8 @@ class Block:
         """`op` at row-major offset `flat`: a stored op is loaded there directly."""
         if self.params.is_stored(op) and not (isinstance(op, Constant) and op.is_scalar):
             self.params.check_read(op, None)
+            if self.params.plan.base(op) in self.params.layout:
+                raise AssertionError(f"{op} is stored in loop order but read at a flat offset")
             return self.load(op, flat)
         var = self.declare(np.int32, flat, "i")
         return (yield self.value_steps(op, unravel(var, op.shape)))
@@ -331,7 +379,9 @@ class Block:
         shared = 0
         while shared < min(x.ndim, op.ndim) - 1 and x.shape[shared] == op.shape[shared]:
             shared += 1
-        if shared == 0 or self.params.is_stored(x):
+        # A value stored in loop order is found by its edge's row, not a flat offset.
+        ordered = self.params.plan.base(x) in self.params.layout
+        if shared == 0 or (self.params.is_stored(x) and not ordered):
             return (yield self.value_at_flat_steps(x, flat_index(coords, op.shape)))
         flat = flat_index(coords[shared:], op.shape[shared:])
         rest = x.shape[shared:]
@@ -405,10 +455,19 @@ class Block:
         raise TypeError(f"the GPU transformer cannot compute {type(op).__name__} inline")
 
     def end_vertex(self, graph, end, eid):
-        """The source or destination vertex of edge `eid`, loaded once per block."""
+        """The source or destination vertex of edge `eid`, loaded once per block: inside a
+        loop over the graph's CSR the loop's vertex, or the other end from the CSR's own
+        array of ends (in_src, out_dst) at the loop's slot, without the edge id."""
         key = ("vertex", graph, end, eid)
         found = self._lookup(key)
         if found is None:
+            block = self._loop_block(eid)
+            if block is not None and block.loop[1] is graph and block.slot is not None:
+                if block.loop[2] == end:
+                    return block.loop[3]
+                ends = self.params.graph_array(graph, "in_src" if end == "src" else "out_dst")
+                found = self.cache[key] = self.declare(np.int32, f"{ends}[{block.slot}]", "n")
+                return found
             ends = self.params.graph_array(graph, end)
             found = self.cache[key] = self.declare(np.int32, f"{ends}[{eid}]", "n")
         return found

@@ -6,6 +6,7 @@ the ops the kernel plan inlines are computed in registers, and ElementWiseKernel
 evaluable per element, plus everything inlined into it) is the default. A kernel of a
 fused group is named after it (`fusedGraph3_sum`).
 """
+import re
 from collections import namedtuple
 
 import numpy as np
@@ -26,13 +27,16 @@ from .runtime import template_environment
 from .schedule import edge_schedule
 
 PREFIXES = {"elementwise.j2": "ew", "reduce.j2": "reduce", "softmax.j2": "softmax",
-            "gemm.j2": "gemm", "vertex_rows.j2": "agg", "edge_rows.j2": "edge",
+            "gemm.j2": "gemm", "vertex_rows.j2": "agg",
             "partial.j2": "partial", "sparse_dot.j2": "spmm"}
 WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
 ROW_GROUP = 128
 CHUNKS_PER_GROUP = 2      # a partial kernel's work-group walks about as many edges as others
+# A graph's index arrays with one entry per edge (or per CSR slot).
+EDGE_INDEXED = {"src", "dst", "in_eids", "out_eids", "in_src", "out_dst", "in_to_out",
+                "out_to_in"}
 
 
 def row_launch(rows, row_size, most_rows=ROW_GROUP):
@@ -44,6 +48,11 @@ def row_launch(rows, row_size, most_rows=ROW_GROUP):
     local = pow2_at_most(row_size, FEATURE_THREADS)
     per_group = max(1, min(ROW_GROUP // local, most_rows))
     return (local, round_up(rows, per_group)), (local, per_group)
+
+
+def uses(text, name):
+    """Whether C source `text` reads the variable `name`."""
+    return re.search(rf"\b{name}\b", text) is not None
 
 
 def pow2_at_most(n, limit):
@@ -104,6 +113,8 @@ class GPUKernel:
         self.template = template
         self.fields = fields
         self.inputs = list(params.tensors)
+        self.input_names = dict(params.tensors)      # stored input -> its C parameter
+        self.edge_inputs = set(params.edge_inputs)    # inputs read one row per edge walked
         self.partials = partials
         self.walk = walk
         out_dtype = partials.dtype if partials else op.dtype
@@ -137,16 +148,34 @@ class GPUKernel:
                                out="out", **self.fields).strip("\n")
 
     def global_bytes(self):
-        """Bytes this kernel moves to and from global memory, counting each stored input,
-        each graph index array (int32), each scratch buffer and the output once: what a
-        perfectly cached run reads and writes, the same measure for fused and unfused
-        plans."""
-        graph_bytes = sum(4 * np.asarray(getattr(graph, attribute)).size
-                          for kind, graph, attribute in
-                          (b for b in self.bindings if b[0] == "graph"))
-        scratch_bytes = sum(b[1].nbytes for b in self.bindings if b[0] == "scratch")
-        out_bytes = sum(o.nbytes for o in self.outputs)
-        return out_bytes + sum(t.nbytes for t in self.inputs) + graph_bytes + scratch_bytes
+        """Bytes this kernel moves to and from global memory, as a perfectly cached run
+        touches them (`traffic`, summed): the same measure for fused and unfused plans."""
+        return sum(nbytes for _, nbytes in self.traffic())
+
+    def traffic(self):
+        """(buffer, bytes) for each buffer the kernel touches: its outputs, scratch buffers
+        and dense inputs whole, except where its edge loops walk only part of the graph's
+        edges (a partial kernel its heavy rows, a per-vertex kernel its light ones;
+        EdgeSchedule.walked_share): of an input its edge loops read one row per edge, or
+        an edge-indexed graph array, it touches those edges' rows, of a node-sized input
+        the rows of the vertices it reads at."""
+        edges, vertices = (1.0, 1.0) if self.walk is None else \
+            self.walk[0].walked_share(self.walk[1])
+        graph = self.walk[0].graph if self.walk else None
+
+        def share(t):
+            if t in self.edge_inputs:
+                return edges
+            return vertices if graph is not None and t.shape and \
+                t.shape[0] == graph.num_nodes else 1.0
+        out = [(o, o.nbytes) for o in self.outputs]
+        out += [(b[1], b[1].nbytes) for b in self.bindings if b[0] == "scratch"]
+        out += [(t, round(t.nbytes * share(t))) for t in self.inputs]
+        for kind, owner, attribute in (b for b in self.bindings if b[0] == "graph"):
+            array = np.asarray(getattr(owner, attribute))
+            indexed = attribute in EDGE_INDEXED and owner is graph
+            out.append((f"{attribute}", round(4 * array.size * (edges if indexed else 1.0))))
+        return out
 
     def edges_per_work_group(self):
         """The number of edges each work-group of this kernel walks, in launch order (an
@@ -198,15 +227,50 @@ class HostStep:
 
 
 generate = on_type
-RowLoop = namedtuple("RowLoop", "row body")     # one output's loop in vertex_rows.j2
+# One output's loop in vertex_rows.j2: a per-vertex one (`row` elements per vertex, `body`)
+# or an edge one (also `hoisted`, `value`, its output `out`, the `slot` it writes and the
+# C name of the edge ids `eids`, None where the loop does not read them).
+RowLoop = namedtuple("RowLoop", "row body edge hoisted value out slot eids",
+                     defaults=(False, "", "", "out", "eid", None))
 # Ops the generator gives a template of their own (everything else is element-wise).
 OWN_TEMPLATES = (Communication, Concat, Unslice, Reduction, Softmax, Dot, SparseDot,
                  SparseTransposedDot, EdgeSoftmax)
 
 
+def loop_order(plan, results):
+    """{edge value: (graph, "dst" or "src")}: the edge values stored in the order of the CSR their
+    group walks (the in-CSR for "dst"), so the loops that write and read them index them by
+    CSR slot, `x[k]`, not by edge id, `x[eids[k]]`; a loop over the other CSR reads them
+    through one permutation (Graph.in_to_out, out_to_in). That holds for an edge value a
+    fused group stores over a graph of fixed edges and only graph kernels of groups over
+    that graph read, each inside its edge loops: not a result (read back in edge order),
+    not read by a dense kernel or through a view. The NumPy transformer keeps such values
+    in in-CSR order too (transformers/numpy/fused.py, csr_ordered_values)."""
+    readers = {}
+    for step in plan.steps:
+        reads = step.inputs if isinstance(step, KernelGroup) else getattr(step, "args", ())
+        for op in reads:
+            readers.setdefault(op, []).append(step)
+    viewed = {view.args[0] for view in plan.views}
+    results = set(results)
+    order = {}
+    for step in plan.steps:
+        group = step.group if isinstance(step, KernelGroup) else None
+        if group is None or group.graph.varies:
+            continue
+        for op in step.outputs:
+            walks = GPUKernelGenerator.walked(op, group) or isinstance(op, EdgeSoftmax)
+            if op.scope == "e" and walks and op not in results and op not in viewed and \
+                    all(isinstance(r, KernelGroup) and r.group is not None and
+                        r.group.graph is group.graph for r in readers.get(op, ())):
+                order[op] = (group.graph, op.at if isinstance(op, EdgeSoftmax) else group.at)
+    return order
+
+
 class GPUKernelGenerator(TypeDispatched):
-    def __init__(self, plan):
+    def __init__(self, plan, results=()):
         self.plan = plan
+        self.layout = loop_order(plan, results)
         self.namer = Namer()
         self.step = None
         self.partial_buffers = {}     # (reduction key, graph, at, inlined ops) -> ChunkPartials
@@ -215,12 +279,12 @@ class GPUKernelGenerator(TypeDispatched):
     def kernels_for(self, step, roots):
         """The kernels writing `roots`, computing what `step` (a KernelGroup, or the root
         op alone) inlines, each after the partial kernels it reads. A group's consecutive
-        per-vertex outputs share one kernel, one loop over the schedule's rows each."""
+        per-vertex and edge outputs share one kernel, one walk of the edge schedule."""
         self.step = step
         group = step.group if isinstance(step, KernelGroup) else None
         kernels, run = [], []
         for root in list(roots) + [None]:
-            if root is not None and group is not None and self.per_vertex(root, group):
+            if root is not None and group is not None and self.walked(root, group):
                 run.append(root)
                 continue
             if run:
@@ -228,33 +292,31 @@ class GPUKernelGenerator(TypeDispatched):
                 run = []
             if root is None:
                 break
-            if group is not None and root.scope == "e" and not isinstance(root, EdgeSoftmax):
-                kernel = self.edge_rows(root, group.graph, group.at)
-            else:
-                kernel = self.generate(root)
+            kernel = self.generate(root)
             kernels, self.pending = kernels + self.pending + [kernel], []
         return kernels
 
     @staticmethod
-    def per_vertex(op, group):
-        """Whether a group's output is a per-vertex value computed element by element (the
-        ops with templates of their own are not)."""
-        return op.scope == "n" and op.ndim and op.shape[0] == group.graph.num_nodes and \
-            not isinstance(op, OWN_TEMPLATES)
+    def walked(op, group):
+        """Whether a group's output is written from its walk of the edges: a per-vertex or
+        per-edge value computed element by element (an edge softmax, which walks its own
+        end, and the ops with templates of their own are not)."""
+        rows = {"n": group.graph.num_nodes, "e": group.graph.num_edges}.get(op.scope)
+        return bool(op.ndim) and op.shape[0] == rows and not isinstance(op, OWN_TEMPLATES)
 
     def vertex_rows_of(self, ops, graph, at):
-        """One kernel writing `ops`, or, where one reads another at a vertex another
-        work-group owns, one kernel each."""
+        """One kernel writing `ops`; where an output reads an earlier one at a vertex
+        another work-group owns, the outputs before it in one kernel (or several) and
+        the rest, from it on, after them."""
         pending, buffers = list(self.pending), dict(self.partial_buffers)
         try:
             kernel = self.vertex_rows(ops, graph, at)
-        except ReadAcrossWorkGroups:
+        except ReadAcrossWorkGroups as split:
+            if not split.part:
+                raise       # an output read before any is written: a planning error
             self.pending, self.partial_buffers = pending, buffers
-            kernels = []
-            for op in ops:
-                kernel = self.vertex_rows([op], graph, at)
-                kernels, self.pending = kernels + self.pending + [kernel], []
-            return kernels
+            return self.vertex_rows_of(ops[:split.part], graph, at) + \
+                self.vertex_rows_of(ops[split.part:], graph, at)
         kernels, self.pending = self.pending + [kernel], []
         return kernels
 
@@ -263,69 +325,94 @@ class GPUKernelGenerator(TypeDispatched):
         if computed is None:
             computed = group.inlined if group else set()
         params = KernelParams(self.plan, computed, taken=("out",))
+        params.layout = self.layout
         params.partial_kernels = self.partial_buffer
         return params
 
-    def kernel(self, op, template, fields, params, global_size, local_size, **kinds):
+    def kernel(self, op, template, fields, params, global_size, local_size, prefix=None,
+               **kinds):
         # The template's prefix keeps kernel names clear of C functions (exp, max, ...).
         group = self.step.group if isinstance(self.step, KernelGroup) else None
-        prefix = group.name if group else PREFIXES[template]
+        prefix = group.name if group else prefix or PREFIXES[template]
         infix = "_partial" if template == "partial.j2" and group else ""
         name = self.namer(f"{prefix}{infix}_{sanitize(op.name or op.op_name)}")
         return GPUKernel(name, op, template, fields, params, global_size, local_size, **kinds)
 
     def vertex_rows(self, ops, graph, at):
-        """Per-vertex roots (aggregations, node ops over them) over the rows of the graph's
-        edge schedule, one loop per root; a root reads one written before it (after a
-        barrier) at its own vertex only, which its work-group wrote."""
+        """One kernel writing `ops` from one walk of the graph's edge schedule, one loop
+        (`RowLoop`) per output: a per-vertex output over the schedule's rows, reading one
+        written before it (after a barrier) at its own vertex only, which its work-group
+        wrote; an edge output (a group's stored edge value, an edge softmax) over each
+        row's edges, light rows in the schedule's groups, heavy ones in pieces. A later
+        per-vertex output reads an edge output back on its own vertex's edges (a light
+        row's, which its work-group wrote) and computes it again elsewhere (a partial
+        kernel does); an edge part reads none of the kernel's per-vertex outputs (a heavy
+        row's piece is walked by a work-group that did not write its vertex): where it
+        would, `vertex_rows_of` cuts the kernel before it."""
         schedule = edge_schedule(graph, at)
         params = self.params()
+        edge_ops = [op for op in ops if op.scope == "e"]
         outs = ["out"] + [params.namer("out") for _ in ops[1:]]
-        if len(ops) > 1:
-            params.written = dict(zip(ops, outs))
-            # Partial kernels run before this one: they compute its outputs themselves.
-            params.partial_computed = set(params.computed) | set(ops)
+        written = dict(zip(ops, outs)) if len(ops) > 1 else {}
+        vertex_computed = set(params.computed) | set(edge_ops)
+        # Partial kernels run before this one: they compute its outputs themselves.
+        params.partial_computed = set(params.computed) | set(ops)
+        pieces = bool(edge_ops) and schedule.has_heavy_rows
         parts = []
-        for op, out in zip(ops, outs):
-            block = Block(params, indent="        ")
-            coords = unravel("gid", op.shape)
-            params.vertex = coords[0]
-            value = block.compute(op, coords)
-            block.emit(f"{out}[gid] = {value};")
-            parts.append(RowLoop(int(np.prod(op.shape[1:], dtype=np.int64)), block.text()))
+        for i, (op, out) in enumerate(zip(ops, outs)):
+            row = int(np.prod(op.shape[1:], dtype=np.int64))
+            params.written = {o: name for o, name in written.items() if o.scope != "e"}
+            try:
+                if op.scope == "e":
+                    params.computed, params.own_edges = vertex_computed, {}
+                    params.vertex = None        # it reads none of the kernel's vertex outputs
+                    parts.append(self.edge_part(op, out, params, graph, at))
+                    continue
+                # Edge outputs written before: read back on the rows this work-group wrote.
+                params.own_edges = {o: (graph, at) for o in ops[:i] if o.scope == "e"}
+                params.computed = vertex_computed - set(params.own_edges)
+                params.written.update((o, written[o]) for o in params.own_edges)
+                block = Block(params, indent="        ")
+                coords = unravel("gid", op.shape)
+                params.vertex = coords[0]
+                value = block.compute(op, coords)
+                block.emit(f"{out}[gid] = {value};")
+                parts.append(RowLoop(row, block.text(), edge=False))
+            except ReadAcrossWorkGroups as split:
+                split.part = i          # the kernel can write the outputs before this one
+                raise
+        params.written = written
         fields = {"group_rows": params.graph_array(schedule, "group_rows"),
-                  "parts": tuple(parts)}
-        groups = schedule.num_groups
+                  "parts": tuple(parts), "groups": schedule.num_groups, "pieces": pieces,
+                  "edges": graph.num_edges}
+        if edge_ops:
+            fields["indptr"] = self.csr(params, graph, at, "indptr")
+        if pieces:
+            fields.update({name: params.graph_array(schedule, name) for name in
+                           ("row_chunks", "piece_row", "piece_start", "piece_end")})
+        tasks = schedule.num_groups + (schedule.num_pieces if pieces else 0)
         row = max(part.row for part in parts)
-        local = pow2_at_most(max(1, row * graph.num_nodes // max(groups, 1)), ROW_GROUP)
-        return self.kernel(ops[0], "vertex_rows.j2", fields, params, (groups * local,),
-                           (local,), walk=(schedule, "vertex"), outputs=ops)
+        local = pow2_at_most(max(1, row * graph.num_nodes // max(schedule.num_groups, 1)),
+                             ROW_GROUP)
+        return self.kernel(ops[0], "vertex_rows.j2", fields, params, (tasks * local,),
+                           (local,), prefix="edge" if edge_ops else "agg",
+                           walk=(schedule, "edge" if edge_ops else "vertex"), outputs=ops)
 
-    def edge_rows(self, op, graph, at):
-        """An edge root (a group's stored edge value, an edge softmax) from loops over each
-        vertex's edges, light rows in the schedule's groups, heavy ones in pieces."""
-        schedule = edge_schedule(graph, at)
-        params = self.params()
-        indptr, eids = self.csr(params, graph, at)
+    def edge_part(self, op, out, params, graph, at):
+        """The loop of `vertex_rows.j2` writing edge value `op` at each edge of a row,
+        with the values it needs once per vertex hoisted before the edge loop."""
         hoisted = Block(params, indent="        ")
         block = Block(params, hoisted, indent="            ")
         block.loop = ("eid", graph, at, "vertex", hoisted)
+        block.slot = "k"
         features = op.shape[1:]
         value = block.compute(op, ["eid"] + unravel("f", features))
-        size = int(np.prod(features, dtype=np.int64))
-        heavy = schedule.has_heavy_rows
-        fields = {"indptr": indptr, "eids": eids, "features": size, "hoisted": hoisted.text(),
-                  "edge_compute": block.text(), "value": value, "edges": graph.num_edges,
-                  "groups": schedule.num_groups, "heavy": heavy,
-                  "group_rows": params.graph_array(schedule, "group_rows")}
-        if heavy:
-            fields.update({name: params.graph_array(schedule, name) for name in
-                           ("row_chunks", "piece_row", "piece_start", "piece_end")})
-        tasks = schedule.num_groups + (schedule.num_pieces if heavy else 0)
-        rows = graph.num_nodes
-        local = pow2_at_most(max(1, size * rows // max(schedule.num_groups, 1)), ROW_GROUP)
-        return self.kernel(op, "edge_rows.j2", fields, params, (tasks * local,), (local,),
-                           walk=(schedule, "edge"))
+        slot = "k" if self.layout.get(op) == (graph, at) else "eid"
+        text = block.text() + hoisted.text() + value
+        eids = self.csr(params, graph, at, "eids") if slot == "eid" or uses(text, "eid") \
+            else None
+        return RowLoop(int(np.prod(features, dtype=np.int64)), block.text(), edge=True,
+                       hoisted=hoisted.text(), value=value, out=out, slot=slot, eids=eids)
 
     def partial_buffer(self, reduction, params):
         """The partials of `reduction` over its schedule's chunks, for a kernel computing
@@ -342,14 +429,17 @@ class GPUKernelGenerator(TypeDispatched):
     def partial_kernel(self, buffer, computed):
         reduction, schedule = buffer.reduction, buffer.schedule
         params = self.params(computed)
-        indptr, eids = self.csr(params, reduction.graph, reduction.at)
         hoisted = Block(params, indent="        ")
         block = Block(params, hoisted, indent="            ")
         block.loop = ("eid", reduction.graph, reduction.at, "vertex", hoisted)
+        block.slot = "k"
         value = evaluate(reduction.edge_steps(block, "eid", "vertex",
                                               unravel("f", reduction.features)))
         t = ctype(reduction.dtype)
         params.note_dtype(reduction.dtype)
+        text = hoisted.text() + block.text() + value
+        eids = self.csr(params, reduction.graph, reduction.at, "eids") \
+            if uses(text, "eid") else None
         fields = {"eids": eids, "features": reduction.size, "chunks": buffer.shape[0],
                   "hoisted": hoisted.text(), "edge_compute": block.text(), "acc_type": t,
                   "init": reduction.identity(), "fold": reduction.fold("acc", f"(({t}){value})"),
@@ -538,10 +628,10 @@ class GPUKernelGenerator(TypeDispatched):
         return self.kernel(op, "sparse_dot.j2", fields, params,
                            *row_launch(op.shape[0], columns))
 
-    def csr(self, params, graph, at):
-        if at == "dst":
-            return params.graph_array(graph, "in_indptr"), params.graph_array(graph, "in_eids")
-        return params.graph_array(graph, "out_indptr"), params.graph_array(graph, "out_eids")
+    @staticmethod
+    def csr(params, graph, at, part):
+        """The C name of the `part` ("indptr" or "eids") of the graph's CSR at `at`."""
+        return params.graph_array(graph, f"{'in' if at == 'dst' else 'out'}_{part}")
 
     @generate.on_type(Aggregate)
     def generate(self, op):
@@ -549,4 +639,4 @@ class GPUKernelGenerator(TypeDispatched):
 
     @generate.on_type(EdgeSoftmax)
     def generate(self, op):
-        return self.edge_rows(op, op.graph, op.at)
+        return self.vertex_rows([op], op.graph, op.at)

@@ -129,6 +129,29 @@ class EdgeSchedule:
             out[name] = pad(arrays[name], max(pieces, 1), 0)
         return out
 
+    def walked_share(self, how):
+        """(edges, vertices): the shares of the graph's edges a kernel walking this
+        schedule `how` ("vertex", "edge" or "partial", GPUKernel.walk) reads values of,
+        and of its vertices it reads values at. A per-vertex kernel walks the light rows'
+        edges (a heavy row's value comes folded from its partials) and writes every row;
+        a partial kernel walks the heavy rows' edges and reads at most their rows and
+        those edges' other ends; an edge kernel walks every edge."""
+        if how == "edge":
+            return 1.0, 1.0
+        indptr = self.indptr()
+        edges, rows = max(int(indptr[-1]), 1), max(indptr.size - 1, 1)
+        heavy_rows = np.diff(self.row_chunks.astype(np.int64)) > 0
+        heavy_edges = int(np.diff(indptr)[heavy_rows].sum())
+        if how == "vertex":
+            return (edges - heavy_edges) / edges if indptr[-1] else 0.0, 1.0
+        g = self.graph
+        other = np.asarray(g.in_src if self.at == "dst" else g.out_dst)
+        slots = np.repeat(heavy_rows, np.diff(indptr))
+        touched = np.zeros(indptr.size - 1, bool)
+        touched[heavy_rows] = True
+        touched[other[:slots.size][slots]] = True
+        return heavy_edges / edges, int(touched.sum()) / rows
+
     def light_edges_per_group(self):
         """Edges each per-vertex work-group walks (its light rows' edges)."""
         indptr, row_chunks = self.indptr(), self.row_chunks.astype(np.int64)

@@ -604,7 +604,7 @@ class GPUTransformer(Transformer):
 
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
-        generator = GPUKernelGenerator(plan)
+        generator = GPUKernelGenerator(plan, computation.results)
         kernels = [k for step in plan.steps
                    for k in generator.kernels_for(step, kernel_roots(step))]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
