@@ -241,14 +241,27 @@ def add_recompute(group, groups, limit, vertex_reads=False):
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
-    for op in group.core:
-        for a in op.args:
-            if a not in core and a not in extra and owner.get(a) is not None and \
-                    a.scope == "e":
-                free = _free_reads(group, core, extra) if vertex_reads else None
-                chain = _recompute_chain(a, owner, limit, group.graph, free)
-                if chain is not None:
-                    extra.extend(c for c in chain if c not in extra and c not in core)
+    wanted = list(dict.fromkeys(a for op in group.core for a in op.args
+                                if a not in core and owner.get(a) is not None and
+                                a.scope == "e"))
+    free = _free_reads(group, core, extra) if vertex_reads else None
+    if vertex_reads:
+        # Whole chains first, until none is added: each one added makes more reads free
+        # for the others (the order of the group's ops does not decide).
+        progress = True
+        while progress:
+            progress = False
+            for a in wanted:
+                if a not in extra:
+                    chain = _chain(a, owner, limit, group.graph, False, free)
+                    if chain is not None:
+                        extra.extend(c for c in chain if c not in extra and c not in core)
+                        progress = True
+    for a in wanted:
+        if a not in extra:
+            chain = _recompute_chain(a, owner, limit, group.graph, free)
+            if chain is not None:
+                extra.extend(c for c in chain if c not in extra and c not in core)
     group.recomputed = extra
 
 

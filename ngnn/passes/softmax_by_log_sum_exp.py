@@ -3,17 +3,17 @@ reader of its weights, the backward pass included, recomputes them from it.
 
 A softmax over each vertex's in-edges written per vertex (GAT's `c = exp(x - max)`,
 `s = sum(c)`, `c / s`; seed 000's `exp(x)` without the shift; the attention layers of
-ngnn.nn) or as `ng.edge_softmax` makes its weights from per-edge values and per-vertex
-sums. Gradients built by ng.grad read those edge values (`c`, `c / s`) in the backward
-pass, so a plan either keeps an (E, heads) tensor from the forward pass to the backward
-one or recomputes the whole softmax, max and sum walks included, in every backward kernel
-that needs a weight. With the per-vertex log-sum-exp
+ngnn.nn) makes its weights from per-edge values and per-vertex sums. Gradients built by
+ng.grad read those edge values (`c`, `c / s`) in the backward pass, so a plan either keeps
+an (E, heads) tensor from the forward pass to the backward one or recomputes `c` and
+divides by the gathered sum wherever a weight is needed. With the per-vertex log-sum-exp
 
     lse[v] = m[v] + log(sum over v's in-edges e of exp(x_e - m[v])),   m[v] = max_e x_e
 
-each weight is `exp(x_e - lse[dst e])`: one gather, a subtraction and an exp, which
-Fusion recomputes wherever it is read, like any cheap edge value. The forward keeps (max,
-log-sum) per vertex and head, never an E x heads tensor.
+(m = 0 for a softmax written without the shift) each weight is `exp(x_e - lse[dst e])`:
+one gather, a subtraction and an exp, which Fusion recomputes wherever it is read, like
+any cheap edge value. The forward keeps (max, log-sum) per vertex and head, never an
+E x heads tensor. (`ng.edge_softmax`, an op with kernels of its own, is left as it is.)
 
 The rewrite: `c` becomes the weight itself and the sum `s` becomes 1. Every expression
 ng.grad builds from a softmax (`c / s`, the divide's adjoints `d / s` and `-d * c / s^2`
@@ -22,21 +22,26 @@ the same per-vertex factor, and `exp(x - lse) = c / s` is that scaling; SimplePr
 drops the divisions by 1. The pattern is matched only where that holds: `s` is read only
 through its gather by the softmax's own end, that gather only by divisions, and `c` only by
 the sum, divisions by that gather and products with a value that depends on it (the exp's
-adjoint). A vertex without edges gets lse = 0 (no weight ever reads it).
+adjoint).
 """
-from ..op_graph import (Aggregate, Broadcast, Constant, Divide, EdgeSoftmax, Exp, Gather, Log, Maximum,
+import numpy as np
+
+from ..op_graph import (Aggregate, Broadcast, Constant, Divide, Exp, Gather, Log, Maximum,
                         Multiply, StopGradient, Subtract, ordered_ops)
 from .base import GraphPass
 
 
 def log_sum_exp(x, graph, at, peak=None):
     """Per-vertex log of the sum of exp(x) over each vertex's edges at `at`, shifted by
-    their max (`peak`, when the graph already computes it) so no exp overflows."""
+    their max `peak` when the softmax as written subtracts it (then no exp overflows, and
+    a vertex with an edge sums at least exp(0) = 1); an unshifted softmax stays unshifted,
+    so the rewrite walks the edges as often as the program did. A vertex without edges
+    sums 0 and gets a finite lse that no weight reads."""
+    shifted = x if peak is None else Subtract(x, Gather(peak, graph, by=at))
+    total = Aggregate(Exp(shifted), graph, at=at, reduce="sum")
     if peak is None:
-        peak = StopGradient(Aggregate(x, graph, at=at, reduce="max"))
-    total = Aggregate(Exp(Subtract(x, Gather(peak, graph, by=at))), graph, at=at,
-                      reduce="sum")
-    # A vertex with an edge sums at least exp(0) = 1 (its max edge); one without sums 0.
+        tiny = Constant(np.finfo(total.dtype).tiny, dtype=total.dtype)
+        return Log(Maximum(total, tiny))
     return peak + Log(Maximum(total, Constant(1.0, dtype=total.dtype)))
 
 
@@ -55,10 +60,7 @@ class SoftmaxByLogSumExp(GraphPass):
         for op in ops:
             if op.forward is not None:
                 continue
-            if isinstance(op, EdgeSoftmax):
-                lse = log_sum_exp(op.args[0], op.graph, op.at)
-                op.forward = softmax_weights(op.args[0], op.graph, op.at, lse)
-            elif isinstance(op, Aggregate) and op.reduce == "sum" and op not in results:
+            if isinstance(op, Aggregate) and op.reduce == "sum" and op not in results:
                 self.rewrite_sum(op, readers, results)
 
     def rewrite_sum(self, total, readers, results):
