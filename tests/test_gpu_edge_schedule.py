@@ -277,5 +277,8 @@ def test_attention_layers_equal_numpy_and_repeat(gpu, layer, graph):
     else:
         out = conv(g, h)
     loss = weighted_loss([out])
+    # The key's bias shifts all of a vertex's logits alike: the softmax cancels it, so its
+    # gradient is 0 up to rounding, which no relative tolerance compares.
+    wrt = [p for p in conv.parameters() if not p.name.endswith("b_key")] + params
     assert_equal_to_numpy_and_repeatable(
-        gpu, [out, loss] + ng.grad(loss, conv.parameters() + params), params, values, 1e-12)
+        gpu, [out, loss] + ng.grad(loss, wrt), params, values, 1e-12)

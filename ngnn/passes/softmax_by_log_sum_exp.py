@@ -22,31 +22,73 @@ the same per-vertex factor, and `exp(x - lse) = c / s` is that scaling; SimplePr
 drops the divisions by 1. The pattern is matched only where that holds: `s` is read only
 through its gather by the softmax's own end, that gather only by divisions, and `c` only by
 the sum, divisions by that gather and products with a value that depends on it (the exp's
-adjoint).
+adjoint). Over a rank's local graph (ngnn.distributed) the per-vertex sums are synced
+(a mirror reduction, then a broadcast back to the mirrors), and so is the log-sum-exp, so
+K ranks compute the bits one process computes.
 """
 import numpy as np
 
-from ..op_graph import (Aggregate, Broadcast, Constant, Divide, Exp, Gather, Log, Maximum,
-                        Multiply, StopGradient, Subtract, ordered_ops)
+from ..op_graph import (Aggregate, Broadcast, Constant, Divide, Exp, Gather, Log,
+                        MasterBroadcast, Maximum, MirrorReduce, Multiply, StopGradient,
+                        Subtract, ordered_ops)
 from .base import GraphPass
 
 
-def log_sum_exp(x, graph, at, peak=None):
-    """Per-vertex log of the sum of exp(x) over each vertex's edges at `at`, shifted by
-    their max `peak` when the softmax as written subtracts it (then no exp overflows, and
-    a vertex with an edge sums at least exp(0) = 1); an unshifted softmax stays unshifted,
-    so the rewrite walks the edges as often as the program did. A vertex without edges
-    sums 0 and gets a finite lse that no weight reads."""
-    shifted = x if peak is None else Subtract(x, Gather(peak, graph, by=at))
-    total = Aggregate(Exp(shifted), graph, at=at, reduce="sum")
-    if peak is None:
-        tiny = Constant(np.finfo(total.dtype).tiny, dtype=total.dtype)
-        return Log(Maximum(total, tiny))
-    return peak + Log(Maximum(total, Constant(1.0, dtype=total.dtype)))
+class Ends:
+    """How a softmax moves values between edges and vertices: `graph`'s edges at `at`;
+    `synced` over a rank's local graph, where a per-vertex sum is reduced onto the masters
+    and spread back to the mirrors."""
 
+    def __init__(self, graph, at, synced):
+        self.graph, self.at, self.synced = graph, at, synced
 
-def softmax_weights(x, graph, at, lse):
-    return Exp(Subtract(x, Gather(lse, graph, by=at)))
+    def vertex_sum(self, e):
+        total = Aggregate(e, self.graph, at=self.at, reduce="sum")
+        return MirrorReduce(total, self.graph, "sum", self.at) if self.synced else total
+
+    def spread(self, n):
+        if self.synced:
+            n = MasterBroadcast(n, self.graph, at=self.at)
+        return Gather(n, self.graph, by=self.at)
+
+    def log_sum_exp(self, x, peak=None):
+        """Per-vertex log of the sum of exp(x) over each vertex's edges, shifted by their
+        max `peak` when the softmax as written subtracts it (then no exp overflows, and a
+        vertex with an edge sums at least exp(0) = 1); an unshifted softmax stays
+        unshifted, so the rewrite walks the edges as often as the program did. A vertex
+        without edges sums 0 and gets a finite lse that no weight reads."""
+        shifted = x if peak is None else Subtract(x, self.spread(peak))
+        total = self.vertex_sum(Exp(shifted))
+        if peak is None:
+            tiny = Constant(np.finfo(total.dtype).tiny, dtype=total.dtype)
+            return Log(Maximum(total, tiny))
+        return peak + Log(Maximum(total, Constant(1.0, dtype=total.dtype)))
+
+    def weights(self, x, lse):
+        return Exp(Subtract(x, self.spread(lse)))
+
+    def peak_of(self, y):
+        """(x, its per-vertex max) when y = x - spread(max of x) (the shift written by
+        the user), else (y, None)."""
+        if not isinstance(y, Subtract):
+            return y, None
+        x, shift = y.args
+        if not (isinstance(shift, Gather) and shift.graph is self.graph and
+                shift.by == self.at):
+            return y, None
+        peak = shift.args[0]
+        if self.synced:
+            if not isinstance(peak, MasterBroadcast):
+                return y, None
+            peak = peak.args[0]
+        inner = peak.args[0] if isinstance(peak, StopGradient) else peak
+        if self.synced:
+            inner = inner.args[0] if isinstance(inner, MirrorReduce) and \
+                inner.reduce == "max" else None
+        if isinstance(inner, Aggregate) and inner.reduce == "max" and \
+                inner.graph is self.graph and inner.at == self.at and inner.args[0] is x:
+            return x, peak
+        return y, None
 
 
 class SoftmaxByLogSumExp(GraphPass):
@@ -58,22 +100,29 @@ class SoftmaxByLogSumExp(GraphPass):
                 readers.setdefault(a, []).append(op)
         results = set(computation.results)
         for op in ops:
-            if op.forward is not None:
-                continue
-            if isinstance(op, Aggregate) and op.reduce == "sum" and op not in results:
+            if op.forward is None and isinstance(op, Aggregate) and op.reduce == "sum":
                 self.rewrite_sum(op, readers, results)
 
     def rewrite_sum(self, total, readers, results):
         """`total` = sum of c, c = exp(y): rewritten when it is a softmax's denominator."""
         coeff = total.args[0]
-        if not isinstance(coeff, Exp) or coeff in results:
+        if not isinstance(coeff, Exp):
             return
-        graph, at = total.graph, total.at
-        spread = readers.get(total, [])
-        if len(spread) != 1 or not isinstance(spread[0], Gather) or \
-                spread[0].graph is not graph or spread[0].by != at or spread[0] in results:
+        ends = Ends(total.graph, total.at, synced=False)
+        chain = [total]
+        synced = self.only_reader(total, readers, MirrorReduce)
+        if synced and synced[0].reduce == "sum" and synced[0].at == total.at:
+            ends.synced = True
+            chain += synced
+            broadcast = self.only_reader(synced[0], readers, MasterBroadcast)
+            if not broadcast:
+                return
+            chain += broadcast
+        chain += self.only_reader(chain[-1], readers, Gather)
+        spread = chain[-1]
+        if not isinstance(spread, Gather) or spread.graph is not ends.graph or \
+                spread.by != ends.at or any(op in results for op in chain + [coeff]):
             return
-        (spread,) = spread
         divisions = readers.get(spread, [])
         if not divisions or any(not (isinstance(d, Divide) and d.args[1] is spread)
                                 for d in divisions):
@@ -86,22 +135,12 @@ class SoftmaxByLogSumExp(GraphPass):
             if not (isinstance(user, Multiply) and
                     any(a is not coeff and spread in ordered_ops([a]) for a in user.args)):
                 return
-        x, peak = self.logits(coeff.args[0], graph, at)
-        lse = log_sum_exp(x, graph, at, peak)
-        coeff.forward = softmax_weights(x, graph, at, lse)
-        for op in (total, spread):
-            op.forward = Broadcast(Constant(1.0, dtype=op.dtype), op.shape)
+        x, peak = ends.peak_of(coeff.args[0])
+        coeff.forward = ends.weights(x, ends.log_sum_exp(x, peak))
+        spread.forward = Broadcast(Constant(1.0, dtype=spread.dtype), spread.shape)
 
     @staticmethod
-    def logits(y, graph, at):
-        """(x, its per-vertex max) when y = x - gather(max of x) (the shift written by the
-        user), else (y, None)."""
-        if isinstance(y, Subtract):
-            x, shift = y.args
-            if isinstance(shift, Gather) and shift.graph is graph and shift.by == at:
-                peak = shift.args[0]
-                inner = peak.args[0] if isinstance(peak, StopGradient) else peak
-                if isinstance(inner, Aggregate) and inner.reduce == "max" and \
-                        inner.graph is graph and inner.at == at and inner.args[0] is x:
-                    return x, peak
-        return y, None
+    def only_reader(op, readers, kind):
+        """[the one reader of `op`] when it is a `kind`, else []."""
+        users = readers.get(op, [])
+        return users if len(users) == 1 and isinstance(users[0], kind) else []
