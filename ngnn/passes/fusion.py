@@ -244,7 +244,7 @@ def add_recompute(group, groups, limit, vertex_reads=False):
     wanted = list(dict.fromkeys(a for op in group.core for a in op.args
                                 if a not in core and owner.get(a) is not None and
                                 a.scope == "e"))
-    free = _free_reads(group, core, extra) if vertex_reads else None
+    free = FreeReads(group, core, extra) if vertex_reads else None
     if vertex_reads:
         # Whole chains first, until none is added: each one added makes more reads free
         # for the others (the order of the group's ops does not decide).
@@ -270,7 +270,7 @@ def _recompute_chain(op, owner, limit, graph, free=None):
         _chain(op, owner, limit, graph, read_narrower=True, free=free)
 
 
-class _free_reads:
+class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
     extra read per edge: computed in registers, or a gather by the group's own end (read
     once per vertex) or one the group computes already. `present(x)`: computed by the
@@ -289,7 +289,7 @@ class _free_reads:
 def _chain(op, owner, limit, graph, read_narrower, free=None):
     """The ops recomputing `op` in a group over `graph`, or None; `read_narrower`: edge
     values of the ancestry narrower than `op` are read, not recomputed; `free(x)`: x may
-    be wider than `op` (_free_reads)."""
+    be wider than `op` (FreeReads)."""
     chain, stack = [], [op]
     while stack:
         x = stack.pop()
