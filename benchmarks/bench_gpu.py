@@ -97,6 +97,7 @@ def main():
     parser.add_argument("--degree", type=float, default=16.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--kind", default="rmat", choices=["rmat", "sbm"])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--kernels", action="store_true",
                         help="list the traffic of every graph kernel of the fused plans")
     args = parser.parse_args()
@@ -109,7 +110,7 @@ def main():
     for nodes in args.nodes:
         data = datasets.synthetic(args.kind, nodes, args.degree, FEATURES, CLASSES, seed=0)
         values = [data.dense_features(), data.labels.astype(np.int64)]
-        for name in MODELS:
+        for name in args.models:
             for train in (False, True):
                 label = f"{name}-{'train' if train else 'fwd'}"
                 for backend in ("numpy", "gpu"):

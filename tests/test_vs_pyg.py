@@ -185,28 +185,55 @@ def test_attention_weights_equal_pygs(transformer_factory, case, graph_name):
 
 
 # The widest edge value (floats per edge) each attention layer's forward pass stores without
-# return_attention. GAT's logits are recomputed from gathered per-vertex halves, so nothing
-# is stored. The others' logits are per-head dot products over (E, heads, features) values,
-# which Fusion stores (E x heads) rather than recompute (docs/fusion.md), and
-# TransformerConv's encoded edge features are read by two groups, so they are stored.
-STORED_EDGE_WIDTH = {"GATConv": 0, "GATv2Conv": HEADS, "AGNNConv": 1,
-                     "TransformerConv": HEADS * HIDDEN}
+# return_attention, on NumPy and on the GPU. Every softmax keeps a per-vertex log-sum-exp
+# and its weights are recomputed from it (ngnn.passes.SoftmaxByLogSumExp), so no layer
+# stores them. GAT's logits are recomputed from gathered per-vertex halves, so nothing is
+# stored. On NumPy the others' logits are per-head dot products over (E, heads, features)
+# values, which Fusion stores (E x heads) rather than recompute (docs/fusion.md); the GPU's
+# groups recompute them. TransformerConv's encoded edge features (a product of the edge
+# input) are read by two groups, so they are stored.
+STORED_EDGE_WIDTH = {
+    "numpy": {"GATConv": 0, "GATv2Conv": HEADS, "AGNNConv": 1,
+              "TransformerConv": HEADS * HIDDEN},
+    "gpu": {"GATConv": 0, "GATv2Conv": 0, "AGNNConv": 0, "TransformerConv": HEADS * HIDDEN},
+}
 
 
+def stored_edge_values(results, placeholders, num_edges, backend):
+    """(floats per edge, op type) of each edge-sized buffer of the plan of `results`."""
+    with ng.transformers.make_transformer(backend) as t:
+        comp = t.computation(results, *placeholders)
+        comp.transform()
+        return sorted((int(np.prod(op.shape[1:])), type(op).__name__)
+                      for op in comp.memory_plan.slots if op.shape and op.shape[0] == num_edges)
+
+
+@pytest.mark.parametrize("backend", list(STORED_EDGE_WIDTH))
 @pytest.mark.parametrize("case", ATTENTION, ids=lambda case: case.name)
-def test_attention_stores_alpha_only_when_asked(case):
+def test_attention_stores_alpha_only_when_asked(case, backend):
     """The forward pass of an attention layer on Cora, planned without and with
-    return_attention: alpha, (E, heads), is a buffer of the plan only when asked for."""
+    return_attention: alpha, (E, heads), is a buffer of the plan only when asked for, and
+    no weight (an exp) is stored without it."""
     setup = Setup(case, "cora")
-    num_edges = setup.g.num_edges
-    widths = {}
+    stored = {}
     for asked in (False, True):
         result = case.run_ngnn(setup.layer, setup.g, setup.h, setup.ef,
                                **({"return_attention": True} if asked else {}))
-        with ng.transformers.make_transformer("numpy") as t:
-            comp = t.computation(result, *setup.placeholders)
-            comp.transform()
-            widths[asked] = sorted(int(np.prod(op.shape[1:])) for op in comp.memory_plan.slots
-                                   if op.shape and op.shape[0] == num_edges)
-    assert max(widths[False], default=0) == STORED_EDGE_WIDTH[case.name], widths
-    assert len(widths[True]) > len(widths[False]), widths
+        stored[asked] = stored_edge_values(result, setup.placeholders, setup.g.num_edges,
+                                           backend)
+    widths = {asked: [w for w, _ in values] for asked, values in stored.items()}
+    assert max(widths[False], default=0) == STORED_EDGE_WIDTH[backend][case.name], stored
+    assert not any(kind == "Exp" for _, kind in stored[False]), stored
+    assert len(widths[True]) > len(widths[False]), stored
+
+
+def test_gat_training_step_keeps_nothing_edge_sized_on_the_gpu():
+    """GATConv's forward and every gradient, planned together on the GPU: the backward
+    recomputes the weights from the per-vertex log-sum-exp and the logits' gradient in the
+    source-side group, so no (E, ...) buffer is planned."""
+    case = next(case for case in ATTENTION if case.name == "GATConv")
+    setup = Setup(case, "cora")
+    out = case.run_ngnn(setup.layer, setup.g, setup.h, setup.ef)
+    loss = ng.sum(out * out)
+    results = [loss] + ng.grad(loss, setup.placeholders + setup.layer.parameters())
+    assert stored_edge_values(results, setup.placeholders, setup.g.num_edges, "gpu") == []

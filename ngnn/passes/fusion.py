@@ -84,7 +84,8 @@ class Fusion(GraphPass):
         groups = form_groups(ops, self.single_ops, self.vertex_gathers)
         if self.recompute:
             for group in groups:
-                add_recompute(group, groups, self.max_recompute)
+                add_recompute(group, groups, self.max_recompute,
+                              vertex_reads=self.vertex_gathers)
         recomputed_only = finish_groups(groups, ops, computation.results)
         computation.fusion_groups = groups
         computation.steps = schedule([op for op in ops if op not in recomputed_only], groups)
@@ -218,7 +219,7 @@ def _graph_finder(ops):
     return graph.get
 
 
-def add_recompute(group, groups, limit):
+def add_recompute(group, groups, limit, vertex_reads=False):
     """Edge values this group reads from other groups are recomputed here when their
     edge-side ancestry is short, made only of gathers and element-wise ops, and nowhere
     wider than the value itself: recomputing then reads no more per edge than loading the
@@ -228,28 +229,67 @@ def add_recompute(group, groups, limit):
     recomputed one is read instead, stored by its group (GAT's backward with attention
     dropout recomputes alpha * gathered gradient, (E, H, F), from the stored dropped
     (E, H, 1) attention instead of storing the product); without dropout the attention
-    itself is recomputed and nothing is stored (docs/fusion.md: E x H floats less)."""
+    itself is recomputed and nothing is stored (docs/fusion.md: E x H floats less).
+
+    With `vertex_reads` (a GPU group computes a gather by its own end once per vertex,
+    before the edge loop), only what the recomputation reads per edge counts against its
+    width: wider values computed in registers are free, and so are gathers by the group's
+    own end and gathers the group already reads. So the source-side group of an
+    attention's backward recomputes the gradient of the logits, a per-head dot product of
+    the destination's gradient (which it reads anyway) with its own features, instead of
+    reading it stored (E x heads) from the destination-side group."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
-    for op in group.core:
-        for a in op.args:
-            if a not in core and a not in extra and owner.get(a) is not None and \
-                    a.scope == "e":
-                chain = _recompute_chain(a, owner, limit, group.graph)
-                if chain is not None:
-                    extra.extend(c for c in chain if c not in extra and c not in core)
+    wanted = list(dict.fromkeys(a for op in group.core for a in op.args
+                                if a not in core and owner.get(a) is not None and
+                                a.scope == "e"))
+    free = FreeReads(group, core, extra) if vertex_reads else None
+    if vertex_reads:
+        # Whole chains first, until none is added: each one added makes more reads free
+        # for the others (the order of the group's ops does not decide).
+        progress = True
+        while progress:
+            progress = False
+            for a in wanted:
+                if a not in extra:
+                    chain = _chain(a, owner, limit, group.graph, False, free)
+                    if chain is not None:
+                        extra.extend(c for c in chain if c not in extra and c not in core)
+                        progress = True
+    for a in wanted:
+        if a not in extra:
+            chain = _recompute_chain(a, owner, limit, group.graph, free)
+            if chain is not None:
+                extra.extend(c for c in chain if c not in extra and c not in core)
     group.recomputed = extra
 
 
-def _recompute_chain(op, owner, limit, graph):
-    return _chain(op, owner, limit, graph, read_narrower=False) or \
-        _chain(op, owner, limit, graph, read_narrower=True)
+def _recompute_chain(op, owner, limit, graph, free=None):
+    return _chain(op, owner, limit, graph, read_narrower=False, free=free) or \
+        _chain(op, owner, limit, graph, read_narrower=True, free=free)
 
 
-def _chain(op, owner, limit, graph, read_narrower):
+class FreeReads:
+    """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
+    extra read per edge: computed in registers, or a gather by the group's own end (read
+    once per vertex) or one the group computes already. `present(x)`: computed by the
+    group already, so recomputing it again costs nothing (not counted in the limit)."""
+
+    def __init__(self, group, core, extra):
+        self.at, self.core, self.extra = group.at, core, extra
+
+    def present(self, x):
+        return x in self.core or x in self.extra
+
+    def __call__(self, x):
+        return not isinstance(x, Gather) or x.by == self.at or self.present(x)
+
+
+def _chain(op, owner, limit, graph, read_narrower, free=None):
     """The ops recomputing `op` in a group over `graph`, or None; `read_narrower`: edge
-    values of the ancestry narrower than `op` are read, not recomputed."""
+    values of the ancestry narrower than `op` are read, not recomputed; `free(x)`: x may
+    be wider than `op` (FreeReads)."""
     chain, stack = [], [op]
     while stack:
         x = stack.pop()
@@ -257,13 +297,14 @@ def _chain(op, owner, limit, graph, read_narrower):
             continue
         if not (isinstance(x, (Gather, ElementWise, Reshape, Broadcast, Reduction)) and
                 x.scope == "e" and (not isinstance(x, Reduction) or 0 not in x.axes)) or \
-                x.size > op.size:
+                x.size > op.size and not (free and free(x)):
             return None
         if isinstance(x, Gather) and x.graph is not graph:
             return None      # the group walks its own graph's edges (a typed graph's
             #                  derived graphs have the same edges in another order)
         chain.append(x)
-        if len(chain) > limit:
+        new = sum(not free.present(c) for c in chain) if free else len(chain)
+        if new > limit:
             return None
         if not isinstance(x, Gather):
             stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None
