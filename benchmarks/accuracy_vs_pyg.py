@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 
 CASES = [f"{model}-{dataset}" for model in ("gcn", "gat")
          for dataset in ("amazon_photo", "amazon_computers", "coauthor_cs")]
@@ -70,6 +71,7 @@ def run_pyg(model, dataset, runs):
     from ngnn.train import normalize_features
 
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", "Sparse (invariant checks|CSR tensor support)")
     chosen = recipe(model, dataset)
     data = datasets.load(dataset)
     x = normalize_features(data.features) if chosen.normalize_features else data.features
