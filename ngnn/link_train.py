@@ -146,6 +146,7 @@ class LinkTrainer:
         bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
         for epoch in bar:
             start = time.perf_counter()
+            self.optimizer.start_epoch(self.transformer, epoch)
             loss = self.step()
             step_time = time.perf_counter() - start
             pos, neg = self.scores()["val"]

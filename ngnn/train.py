@@ -276,6 +276,7 @@ class Trainer:
         bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
         for epoch in bar:
             start = time.perf_counter()
+            self.optimizer.start_epoch(self.transformer, epoch)
             loss = self.step(progress)
             step_time = time.perf_counter() - start
             train_acc, val_acc, val_loss = self.epoch_metrics()
