@@ -178,7 +178,8 @@ def accuracy(args):
         trainer.transformer.close()
     norm = "batch norm" if args.batch_norm else "no batch norm"
     print(f"\nGIN-0 ({norm}), {args.epochs} epochs, hidden {args.hidden}, batch 32, "
-          f"Adam lr {LR} times {LR_GAMMA} every {LR_STEP} epochs, first {args.folds} of 10 folds; accuracy at the epoch of best mean "
+          f"Adam lr {LR} times {LR_GAMMA} every {LR_STEP} epochs, first {args.folds} of 10 "
+          "folds; accuracy at the epoch of best mean "
           "test accuracy, mean ± std over folds (percent)")
     print(f"{'dataset':12s} {'ngnn':>16s} {'PyG':>16s} {'ngnn - PyG':>11s} {'paper':>12s} "
           f"{'ngnn - paper':>13s} {'time ngnn / PyG':>16s}")

@@ -26,8 +26,8 @@ class GraphTrainer:
     """Trains a graph model (ngnn.nn.GINGraph, GCNGraph) on a GraphDataset in batches of
     up to `batch_size` graphs (a GraphLoader's) with Adam (`lr`, `weight_decay`), its rate
     decayed by `schedule` (an optim.StepLR; the GIN paper's halves it every 50 epochs) or
-    constant (None); `seed` fixes the batch order and the dropout masks. Pass `transformer=` to share one, else
-    `backend` names a new one."""
+    constant (None); `seed` fixes the batch order and the dropout masks. Pass
+    `transformer=` to share one, else `backend` names a new one."""
 
     def __init__(self, model, data, batch_size=32, lr=0.01, weight_decay=0.0,
                  backend="numpy", transformer=None, seed=0, schedule=None):
