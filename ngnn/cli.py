@@ -143,9 +143,9 @@ def cmd_train_graph(args):
         args.folds == len(data.folds) else f"stratified folds drawn with seed {args.seed}"
     batch_size = graph_batch_size(args)
     print(f"model {args.model} (graph): hidden {args.hidden}, dropout {args.dropout}, lr "
-          f"{args.lr}, weight decay {args.weight_decay}, {args.epochs} epochs, batches of "
-          f"{batch_size} graphs, {args.folds}-fold cross-validation ({source}), backend "
-          f"{args.backend}")
+          f"{args.lr} times {args.lr_gamma} every {args.lr_step} epochs, weight decay "
+          f"{args.weight_decay}, {args.epochs} epochs, batches of {batch_size} graphs, "
+          f"{args.folds}-fold cross-validation ({source}), backend {args.backend}")
     transformer = ngt.make_transformer(args.backend,
                                        wide_accumulation=not args.float32_sums)
     try:
@@ -172,6 +172,11 @@ def _add_task_options(parser):
     task = parser.add_argument_group("graph classification (--task graph)")
     task.add_argument("--folds", type=integer(2), default=10,
                       help="cross-validation folds of --task graph (default 10)")
+    task.add_argument("--lr-step", type=integer(1),
+                      help="epochs between learning-rate decays (default 50, the GIN paper's)")
+    task.add_argument("--lr-gamma", type=real(0.0, low_open=True),
+                      help="factor of each learning-rate decay (default 0.5, the GIN paper's; "
+                      "1 keeps the rate constant)")
 
 
 def _run_path(path, run, runs):

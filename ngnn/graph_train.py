@@ -24,12 +24,13 @@ from ngnn.train import check_finite_loss
 
 class GraphTrainer:
     """Trains a graph model (ngnn.nn.GINGraph, GCNGraph) on a GraphDataset in batches of
-    up to `batch_size` graphs (a GraphLoader's) with Adam (`lr`, `weight_decay`); `seed`
-    fixes the batch order and the dropout masks. Pass `transformer=` to share one, else
-    `backend` names a new one."""
+    up to `batch_size` graphs (a GraphLoader's) with Adam (`lr`, `weight_decay`), its rate
+    decayed by `schedule` (an optim.StepLR; the GIN paper's halves it every 50 epochs) or
+    constant (None); `seed` fixes the batch order and the dropout masks. Pass
+    `transformer=` to share one, else `backend` names a new one."""
 
     def __init__(self, model, data, batch_size=32, lr=0.01, weight_decay=0.0,
-                 backend="numpy", transformer=None, seed=0):
+                 backend="numpy", transformer=None, seed=0, schedule=None):
         from ngnn.op_graph import seed_dropout
         self.model, self.data, self.seed = model, data, seed
         self.transformer = transformer or ngt.make_transformer(backend)
@@ -40,7 +41,8 @@ class GraphTrainer:
         self.x = ng.placeholder(self.loader.features.shape, dtype=dtype, name="batch_features")
         self.y = ng.placeholder((slot.num_graphs,), dtype=np.int64, name="graph_labels")
         self.mask = slot.graph_mask
-        self.optimizer = optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.optimizer = optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay,
+                                    schedule=schedule)
         self.loss = ng.cross_entropy(model(slot.graph, self.x, slot, training=True), self.y,
                                      self.mask)
         updates = self.optimizer.updates(self.loss) + model.state_updates()
@@ -58,8 +60,10 @@ class GraphTrainer:
             self.transformer.set_variable(v, v.initial_value)
 
     def train_epoch(self, indices, epoch):
-        """One pass over the graphs `indices` in batches; returns the mean loss per graph."""
+        """One pass over the graphs `indices` in batches at epoch `epoch`'s learning rate;
+        returns the mean loss per graph."""
         loader, total = self.loader, 0.0
+        self.optimizer.start_epoch(self.transformer, epoch)
         for ids in loader.batches(epoch, indices):
             loss = self.train_step(self.features(), loader.labels, loader.mask)[0]
             total += float(loss) * ids.size

@@ -39,9 +39,10 @@ def pairs_graph(pos, neg, num_nodes):
 
 class LinkTrainer:
     """Trains `model` (an nn.LinkPredictor) on `split` (a datasets.LinkSplit of a Dataset:
-    its features feed the encoder) with `optimizer` (default Adam(lr=0.01)). `neg_ratio`
-    training negatives per training link are drawn each epoch; `seed` fixes them and the
-    dropout masks. `normalize`, `sparse`, `backend` and `transformer` are as for Trainer."""
+    its features feed the encoder) with `optimizer` (default Adam(lr=0.01); with a
+    `schedule`, `fit` sets each epoch's rate). `neg_ratio` training negatives per training
+    link are drawn each epoch; `seed` fixes them and the dropout masks. `normalize`,
+    `sparse`, `backend` and `transformer` are as for Trainer."""
 
     def __init__(self, model, split, optimizer=None, backend="numpy", seed=0, normalize=True,
                  transformer=None, sparse=None, neg_ratio=1.0):
@@ -146,6 +147,7 @@ class LinkTrainer:
         bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
         for epoch in bar:
             start = time.perf_counter()
+            self.optimizer.start_epoch(self.transformer, epoch)
             loss = self.step()
             step_time = time.perf_counter() - start
             pos, neg = self.scores()["val"]

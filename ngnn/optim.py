@@ -13,6 +13,11 @@ Weight decay adds `weight_decay * p` to the gradient (L2, as torch.optim.SGD and
 It is one number for every parameter, or a list with one per parameter, as torch's
 parameter groups allow (GCNII decays its convolutions and its dense layers differently:
 `model.weight_decays(conv, dense)`).
+
+A learning-rate schedule (`schedule=StepLR(step_size, gamma)`, torch.optim.lr_scheduler's
+step decay) holds the rate in a scalar variable that the updates read, instead of folding a
+constant into them: a trainer writes each epoch's rate there (`start_epoch`) and the
+compiled step runs on, never recompiled. Without a schedule the rate stays a constant.
 """
 import numpy as np
 
@@ -20,8 +25,34 @@ import ngnn as ng
 from ngnn.op_graph import Variable
 
 
+class StepLR:
+    """The rate times `gamma` every `step_size` epochs, as torch.optim.lr_scheduler.StepLR
+    (the GIN paper's: step_size 50, gamma 0.5)."""
+
+    def __init__(self, step_size, gamma):
+        if isinstance(step_size, bool) or not isinstance(step_size, (int, np.integer)) or \
+                step_size <= 0:
+            raise ValueError(f"StepLR: step_size (epochs between decays) must be an integer "
+                             f">= 1, got {step_size!r}")
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) or \
+                not np.isfinite(gamma) or gamma <= 0:
+            raise ValueError(f"StepLR: gamma (the factor of each decay) must be a finite "
+                             f"number > 0, got {gamma!r}")
+        self.step_size, self.gamma = int(step_size), float(gamma)
+
+    def rate(self, lr, epoch):
+        """The rate of epoch `epoch` (from 0) for the initial rate `lr`. Multiplied once per
+        decay, as torch's StepLR does, so the values equal its bit for bit."""
+        for _ in range(epoch // self.step_size):
+            lr *= self.gamma
+        return lr
+
+    def __repr__(self):
+        return f"StepLR(step_size={self.step_size}, gamma={self.gamma})"
+
+
 class Optimizer:
-    def __init__(self, params, lr, weight_decay=0.0):
+    def __init__(self, params, lr, weight_decay=0.0, schedule=None):
         self.params = list(params)
         if not self.params:
             raise ValueError(f"{type(self).__name__}: no parameters to optimize")
@@ -42,6 +73,14 @@ class Optimizer:
         self.lr = float(lr)
         self.weight_decays = [float(d) for d in decays]
         self.state = []          # (name, variable) of the optimizer's own state
+        if schedule is not None and not isinstance(schedule, StepLR):
+            raise TypeError(f"{type(self).__name__}: schedule must be an optim.StepLR or "
+                            f"None, got {schedule!r}")
+        self.schedule = schedule
+        # Not in `state`: the schedule rewrites it from the epoch, so checkpoints leave it out.
+        self.rate = self.lr if schedule is None else ng.variable(
+            (), dtype=np.result_type(*[p.dtype for p in self.params]),
+            initial_value=self.lr, name="lr", trainable=False)
 
     def _state_variable(self, name, shape, dtype=np.float32):
         var = ng.variable(shape, dtype=dtype, initial_value=0.0, name=name, trainable=False)
@@ -51,6 +90,16 @@ class Optimizer:
     def named_state(self):
         """[(name, variable)] of the optimizer state, for checkpoints."""
         return list(self.state)
+
+    def lr_at(self, epoch):
+        """The rate of epoch `epoch` (from 0): the schedule's, else the constant `lr`."""
+        return self.lr if self.schedule is None else self.schedule.rate(self.lr, epoch)
+
+    def start_epoch(self, transformer, epoch):
+        """Writes epoch `epoch`'s rate to the rate variable on `transformer` (nothing to do
+        without a schedule). Every trainer calls it before an epoch's steps."""
+        if self.schedule is not None:
+            transformer.set_variable(self.rate, self.lr_at(epoch))
 
     def gradients(self, loss, reduce=None):
         grads = ng.grad(loss, self.params)
@@ -82,8 +131,8 @@ class SGD(Optimizer):
     """p -= lr * b with b = momentum * b + g (b starts at 0, so the first step is lr * g),
     the update rule of torch.optim.SGD without dampening or Nesterov."""
 
-    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
-        super().__init__(params, lr, weight_decay)
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, schedule=None):
+        super().__init__(params, lr, weight_decay, schedule)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"SGD: momentum must be in [0, 1), got {momentum}")
         self.momentum = float(momentum)
@@ -92,11 +141,11 @@ class SGD(Optimizer):
 
     def apply(self, grads):
         if not self.momentum:
-            return [ng.assign(p, p - self.lr * g) for p, g in zip(self.params, grads)]
+            return [ng.assign(p, p - self.rate * g) for p, g in zip(self.params, grads)]
         updates = []
         for p, g, buf in zip(self.params, grads, self.buffers):
             new_buf = self.momentum * buf + g
-            updates += [ng.assign(buf, new_buf), ng.assign(p, p - self.lr * new_buf)]
+            updates += [ng.assign(buf, new_buf), ng.assign(p, p - self.rate * new_buf)]
         return updates
 
 
@@ -104,8 +153,9 @@ class Adam(Optimizer):
     """Kingma & Ba (2015) with bias correction; the step counter is a variable so the
     correction advances on the device."""
 
-    def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        super().__init__(params, lr, weight_decay)
+    def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 schedule=None):
+        super().__init__(params, lr, weight_decay, schedule)
         beta1, beta2 = betas
         if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
             raise ValueError(f"Adam: betas must be in [0, 1), got {betas}")
@@ -118,7 +168,7 @@ class Adam(Optimizer):
     def apply(self, grads):
         step = self.step + 1.0
         # lr * sqrt(1 - beta2^t) / (1 - beta1^t) folds both bias corrections into one scalar.
-        scale = self.lr * ng.sqrt(1.0 - ng.constant(self.beta2) ** step) / \
+        scale = self.rate * ng.sqrt(1.0 - ng.constant(self.beta2) ** step) / \
             (1.0 - ng.constant(self.beta1) ** step)
         eps = self.eps * ng.sqrt(1.0 - ng.constant(self.beta2) ** step)
         updates = [ng.assign(self.step, step)]

@@ -105,9 +105,9 @@ def mean_epoch_time(history):
 
 class Trainer:
     """Trains `model` on `data` (a datasets.Dataset) with `optimizer` (an ngnn.optim
-    optimizer over model.parameters(); default Adam(lr=0.01)). `seed` fixes the dropout
-    masks (the model's own seed fixes its initial weights). `normalize` row-normalizes the
-    features first. `sparse` feeds them as a CSR matrix (True), dense (False), or picks by
+    optimizer over model.parameters(); default Adam(lr=0.01); with a `schedule`, `fit` sets
+    each epoch's rate). `seed` fixes the dropout masks (the model's own seed fixes its
+    initial weights). `normalize` row-normalizes the features first. `sparse` feeds them as a CSR matrix (True), dense (False), or picks by
     density (None: sparse under 10% non-zeros); both give the same results. Pass
     `transformer=` to share one, else `backend` names a new one. `batch_size` and `fanouts`
     (one per layer, None or -1 for every in-edge) train from sampled minibatches instead of
@@ -276,6 +276,7 @@ class Trainer:
         bar = tqdm(range(epochs), disable=not progress, desc=self.data.name, leave=False)
         for epoch in bar:
             start = time.perf_counter()
+            self.optimizer.start_epoch(self.transformer, epoch)
             loss = self.step(progress)
             step_time = time.perf_counter() - start
             train_acc, val_acc, val_loss = self.epoch_metrics()

@@ -84,6 +84,83 @@ def test_optimizer_arguments_are_checked():
         optim.SGD([w], lr=0.1).updates(w * 2.0)
 
 
+@pytest.mark.parametrize("step_size, gamma", [(50, 0.5), (3, 0.1), (1, 0.9), (7, 1.5)])
+def test_step_lr_rates_equal_torchs_step_lr(step_size, gamma):
+    import torch
+    w = ng.variable((2,), name="w")
+    ours = optim.Adam([w], lr=0.01, schedule=optim.StepLR(step_size, gamma))
+    theirs = torch.optim.Adam([torch.zeros(2, requires_grad=True)], lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(theirs, step_size=step_size, gamma=gamma)
+    for epoch in range(200):
+        assert ours.lr_at(epoch) == scheduler.get_last_lr()[0], epoch
+        theirs.step()
+        scheduler.step()
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_a_scheduled_rate_changes_without_recompiling(transformer_factory, name):
+    """Each epoch's rate is written to a variable the compiled step reads: the steps equal
+    NumPy's at those rates, and no program is generated after the first step."""
+    schedule = optim.StepLR(step_size=2, gamma=0.5)
+    w, x, loss = quadratic(TARGET)
+    opt = optim.SGD([w], lr=0.2, schedule=schedule) if name == "sgd" else \
+        optim.Adam([w], lr=0.05, schedule=schedule)
+    t = transformer_factory()
+    step = t.computation([loss] + opt.updates(loss), x)
+    expected, m, v = np.array([1.0, -2.0, 0.5]), np.zeros(3), np.zeros(3)
+    for epoch in range(6):
+        opt.start_epoch(t, epoch)
+        step(X)
+        if epoch == 0:
+            compiled = t.compilations
+        lr, g = schedule.rate(opt.lr, epoch), numpy_grad(expected)
+        assert lr == opt.lr * 0.5 ** (epoch // 2)
+        if name == "sgd":
+            expected = expected - lr * g
+        else:
+            m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+            k = epoch + 1
+            expected = expected - lr * (m / (1 - 0.9 ** k)) / \
+                (np.sqrt(v / (1 - 0.999 ** k)) + 1e-8)
+        np.testing.assert_allclose(t.variable_value(w), expected, rtol=1e-5, atol=1e-6)
+    assert t.compilations == compiled
+
+
+def test_schedule_arguments_are_checked():
+    for step_size in (0, -3, 2.5, True, None):
+        with pytest.raises(ValueError, match="step_size .* must be an integer >= 1"):
+            optim.StepLR(step_size, 0.5)
+    for gamma in (0.0, -0.5, float("nan"), float("inf"), "0.5"):
+        with pytest.raises(ValueError, match="gamma .* must be a finite number > 0"):
+            optim.StepLR(10, gamma)
+    with pytest.raises(TypeError, match="schedule must be an optim.StepLR"):
+        optim.Adam([ng.variable((2,), name="w")], lr=0.1, schedule=0.5)
+
+
+def test_trainer_fit_steps_the_schedule_every_epoch(sbm):
+    """Trainer.fit (no validation rows, so the last weights stay) at a halving rate equals
+    plain steps with each epoch's rate written by hand, and differs from a constant rate."""
+    unvalidated = dataclasses.replace(sbm, val_mask=np.zeros(sbm.num_nodes, bool))
+
+    def trainer(schedule):
+        model = nn.GCN(sbm.num_features, 16, sbm.num_classes, seed=1)
+        opt = optim.SGD(model.parameters(), lr=0.5, schedule=schedule)
+        return Trainer(model, unvalidated, opt, seed=1, normalize=False)
+    fitted = trainer(optim.StepLR(1, 0.5))
+    fitted.fit(4, progress=False)
+    stepped = trainer(optim.StepLR(1, 0.5))
+    for epoch in range(4):
+        stepped.transformer.set_variable(stepped.optimizer.rate, 0.5 * 0.5 ** epoch)
+        stepped.step()
+    constant = trainer(None)
+    constant.fit(4, progress=False)
+    assert fitted.transformer.variable_value(fitted.optimizer.rate) == 0.5 * 0.5 ** 3
+    for name, value in stepped.state().items():
+        np.testing.assert_array_equal(fitted.state()[name], value, err_msg=name)
+    assert not np.array_equal(fitted.state()["model/" + fitted.model.named_parameters()[0][0]],
+                              constant.state()["model/" + fitted.model.named_parameters()[0][0]])
+
+
 def test_accuracy_and_feature_normalization():
     logits = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 0.0]])
     assert accuracy(logits, [0, 1, 1]) == pytest.approx(2 / 3)
