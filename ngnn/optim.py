@@ -107,7 +107,6 @@ class Optimizer:
             grads = [reduce(g) for g in grads]
         return [g + decay * p if decay else g
                 for g, p, decay in zip(grads, self.params, self.weight_decays)]
-        return grads
 
     def updates(self, loss, reduce=None):
         """The assignments of one step that lowers `loss`. `reduce`, when given, maps each
