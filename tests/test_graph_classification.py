@@ -226,11 +226,36 @@ def test_cli_rejects_a_task_that_does_not_fit(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+def torch_step(data, ids, forward, adam):
+    """One Adam step of the PyG model `forward` on the graphs `ids` of `data`."""
+    import torch
+    from torch_geometric.data import Batch, Data
+    gb, x = data.batch(ids)
+    batch = Batch.from_data_list([
+        Data(x=torch.tensor(x[gb.node_offsets[k]:gb.node_offsets[k + 1]], dtype=torch.float64),
+             edge_index=torch.tensor(np.stack([g.src, g.dst])), num_nodes=g.num_nodes)
+        for k, g in enumerate(gb.unbatch())])
+    adam.zero_grad()
+    loss = torch.nn.functional.cross_entropy(
+        forward(batch.x, batch.edge_index, batch.batch), torch.tensor(data.labels[ids]))
+    loss.backward()
+    adam.step()
+
+
+def assert_same_weights(trainer, model, params):
+    """ngnn's weights equal torch's `params`, within float32 rounding: ngnn's Adam keeps
+    its step counter and the betas' powers in float32 (ngnn/optim.py), so its bias
+    correction differs in the 7th digit."""
+    for p, q in zip(model.parameters(), params):
+        value = q.detach().numpy()
+        np.testing.assert_allclose(trainer.transformer.variable_value(p),
+                                   value.T if value.ndim == 2 else value, rtol=1e-5, atol=1e-6)
+
+
 def test_training_equals_pyg_on_identical_weights():
     """Two epochs of GIN-0 (no dropout, batches in the same order) with Adam: the same
     weights as PyTorch Geometric's GINConv + global_add_pool with torch's Adam."""
     import torch
-    from torch_geometric.data import Batch, Data
     data = synthetic(10)
     model = gin(data, hidden=6)
     trainer = GraphTrainer(model, data, batch_size=4, lr=0.01)
@@ -239,24 +264,9 @@ def test_training_equals_pyg_on_identical_weights():
     adam = torch.optim.Adam(params, lr=0.01)
     for epoch in range(2):
         for ids in trainer.loader.split(np.arange(10)):
-            gb, x = data.batch(ids)
-            batch = Batch.from_data_list([
-                Data(x=torch.tensor(x[gb.node_offsets[k]:gb.node_offsets[k + 1]],
-                                    dtype=torch.float64),
-                     edge_index=torch.tensor(np.stack([g.src, g.dst])), num_nodes=g.num_nodes)
-                for k, g in enumerate(gb.unbatch())])
-            adam.zero_grad()
-            loss = torch.nn.functional.cross_entropy(
-                forward(batch.x, batch.edge_index, batch.batch), torch.tensor(data.labels[ids]))
-            loss.backward()
-            adam.step()
+            torch_step(data, ids, forward, adam)
         trainer.train_epoch(np.arange(10), epoch)
-    # Within float32 rounding, not 1e-9: ngnn's Adam keeps its step counter and the betas'
-    # powers in float32 (ngnn/optim.py), so its bias correction differs in the 7th digit.
-    for p, q in zip(model.parameters(), params):
-        value = q.detach().numpy()
-        np.testing.assert_allclose(trainer.transformer.variable_value(p),
-                                   value.T if value.ndim == 2 else value, rtol=1e-5, atol=1e-6)
+    assert_same_weights(trainer, model, params)
 
 
 def test_step_decay_equals_torch_step_lr_without_recompiling():
@@ -264,7 +274,6 @@ def test_step_decay_equals_torch_step_lr_without_recompiling():
     the same weights as PyG's GIN with torch's Adam and StepLR, and the rate changes
     reach the step compiled in the first epoch without compiling again."""
     import torch
-    from torch_geometric.data import Batch, Data
     data = synthetic(10)
     model = gin(data, hidden=6)
     trainer = GraphTrainer(model, data, batch_size=4, lr=0.01,
@@ -276,28 +285,13 @@ def test_step_decay_equals_torch_step_lr_without_recompiling():
     compiled = []
     for epoch in range(3):
         for ids in trainer.loader.split(np.arange(10)):
-            gb, x = data.batch(ids)
-            batch = Batch.from_data_list([
-                Data(x=torch.tensor(x[gb.node_offsets[k]:gb.node_offsets[k + 1]],
-                                    dtype=torch.float64),
-                     edge_index=torch.tensor(np.stack([g.src, g.dst])), num_nodes=g.num_nodes)
-                for k, g in enumerate(gb.unbatch())])
-            adam.zero_grad()
-            loss = torch.nn.functional.cross_entropy(
-                forward(batch.x, batch.edge_index, batch.batch), torch.tensor(data.labels[ids]))
-            loss.backward()
-            adam.step()
+            torch_step(data, ids, forward, adam)
         scheduler.step()
         trainer.train_epoch(np.arange(10), epoch)
         compiled.append(trainer.transformer.compilations)
         assert trainer.transformer.variable_value(trainer.optimizer.rate) == 0.01 * 0.5 ** epoch
     assert compiled == compiled[:1] * 3
-    # Within float32 rounding, as in test_training_equals_pyg_on_identical_weights (Adam's
-    # step counter is float32).
-    for p, q in zip(model.parameters(), params):
-        value = q.detach().numpy()
-        np.testing.assert_allclose(trainer.transformer.variable_value(p),
-                                   value.T if value.ndim == 2 else value, rtol=1e-5, atol=1e-6)
+    assert_same_weights(trainer, model, params)
     # Without the decay the weights are measurably elsewhere: the test can tell them apart.
     constant = GraphTrainer(gin(data, hidden=6), data, batch_size=4, lr=0.01)
     constant.loader.shuffle = False
