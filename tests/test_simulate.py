@@ -455,9 +455,8 @@ def test_a_block_with_edge_arrays_reads_the_busy_curves():
         trainer.train_step.transform()
         plan = NumPyPlan(trainer.train_step)
         flags = []
-        for group, writer in plan.writers.items():
-            other = "src" if group.at == "dst" else "dst"
-            flags.append(Block(plan, writer, device, 1, writer.sparse_products(other)[1]).busy)
+        for group_plan in plan.groups.values():
+            flags.append(Block(plan, group_plan, device, 1, group_plan.skipped).busy)
         busy_groups[model] = flags
         transformer.close()
     assert busy_groups["gcn"] and not any(busy_groups["gcn"])
@@ -481,8 +480,8 @@ def test_a_light_busy_block_reads_its_tables_steady_plus_their_first_reads():
     plan = NumPyPlan(trainer.train_step)
     transformer.close()
     kinds = set()
-    for group, writer in plan.writers.items():
-        block = Block(plan, writer, device, 1, set())
+    for group_plan in plan.groups.values():
+        block = Block(plan, group_plan, device, 1, set())
         if not block.busy:
             continue
         kinds.add(block.light)
@@ -509,14 +508,14 @@ def test_a_per_head_product_is_priced_by_the_length_of_its_blocks():
     trainer = trainer_for("gat", lambda: transformer)
     trainer.train_step.transform()
     plan = NumPyPlan(trainer.train_step)
-    writer = next(iter(plan.writers.values()))
+    group_plan = next(iter(plan.groups.values()))
     transformer.close()
     width, blocks = 8, 4
     longest = busy_block_edges(width)
     per_edge = {}
     for edges_per_block in (4 * longest, longest, longest / SHORT_BLOCKS ** 0.5,
                             longest / SHORT_BLOCKS, longest / SHORT_BLOCKS / 4):
-        block = Block(plan, writer, device, blocks, set())
+        block = Block(plan, group_plan, device, blocks, set())
         edges = edges_per_block * blocks
         per_edge[edges_per_block] = block.heads_product(edges, 8, width, 100).seconds / \
             (8 * edges)

@@ -1,7 +1,9 @@
 """Element-wise ops: shape and dtype rules, gradient, NumPy statement and C expression.
 
 Each op is one small class; the table-like class attributes `numpy` and `c` are the
-kernel snippets every backend renders, so adding an element-wise op touches this file only.
+kernel snippets every backend renders, and `numpy_calls` the NumPy functions its statement
+calls, each a pass over its elements (what the simulator prices it by), so adding an
+element-wise op touches this file only.
 """
 import numpy as np
 
@@ -65,6 +67,7 @@ class BinaryOp(ElementWise):
 
 class Add(BinaryOp):
     numpy = "np.add({x}, {y}, out={out})"
+    numpy_calls = ("np.add",)
     c = "({x} + {y})"
 
     def adjoints(self, delta):
@@ -74,6 +77,7 @@ class Add(BinaryOp):
 
 class Subtract(BinaryOp):
     numpy = "np.subtract({x}, {y}, out={out})"
+    numpy_calls = ("np.subtract",)
     c = "({x} - {y})"
 
     def adjoints(self, delta):
@@ -83,6 +87,7 @@ class Subtract(BinaryOp):
 
 class Multiply(BinaryOp):
     numpy = "np.multiply({x}, {y}, out={out})"
+    numpy_calls = ("np.multiply",)
     c = "({x} * {y})"
 
     def adjoints(self, delta):
@@ -92,6 +97,7 @@ class Multiply(BinaryOp):
 
 class Divide(BinaryOp):
     numpy = "np.divide({x}, {y}, out={out})"
+    numpy_calls = ("np.divide",)
     c = "({x} / {y})"
 
     def out_dtype(self, dtype):
@@ -104,6 +110,7 @@ class Divide(BinaryOp):
 
 class Power(BinaryOp):
     numpy = "np.power({x}, {y}, out={out})"
+    numpy_calls = ("np.power",)
     c = "pow({x}, {y})"
 
     def adjoints(self, delta):
@@ -116,6 +123,7 @@ class Power(BinaryOp):
 class Maximum(BinaryOp):
     """Ties send the gradient to the first argument."""
     numpy = "np.maximum({x}, {y}, out={out})"
+    numpy_calls = ("np.maximum",)
     # Not C's fmax, which drops NaN: NaN in either argument gives NaN, as in NumPy.
     c = "(((({x}) > ({y})) | (({x}) != ({x}))) ? ({x}) : ({y}))"
 
@@ -129,6 +137,7 @@ class Maximum(BinaryOp):
 class Minimum(BinaryOp):
     """Ties send the gradient to the first argument."""
     numpy = "np.minimum({x}, {y}, out={out})"
+    numpy_calls = ("np.minimum",)
     c = "(((({x}) < ({y})) | (({x}) != ({x}))) ? ({x}) : ({y}))"
 
     def adjoints(self, delta):
@@ -150,21 +159,25 @@ class Comparison(BinaryOp):
 
 class Greater(Comparison):
     numpy = "np.greater({x}, {y}, out={out})"
+    numpy_calls = ("np.greater",)
     c = "(({x} > {y}) ? 1.0f : 0.0f)"
 
 
 class GreaterEqual(Comparison):
     numpy = "np.greater_equal({x}, {y}, out={out})"
+    numpy_calls = ("np.greater_equal",)
     c = "(({x} >= {y}) ? 1.0f : 0.0f)"
 
 
 class LessEqual(Comparison):
     numpy = "np.less_equal({x}, {y}, out={out})"
+    numpy_calls = ("np.less_equal",)
     c = "(({x} <= {y}) ? 1.0f : 0.0f)"
 
 
 class Equal(Comparison):
     numpy = "np.equal({x}, {y}, out={out})"
+    numpy_calls = ("np.equal",)
     c = "(({x} == {y}) ? 1.0f : 0.0f)"
 
 
@@ -173,6 +186,7 @@ class Equal(Comparison):
 class Negative(UnaryOp):
     float_only = False
     numpy = "np.negative({x}, out={out})"
+    numpy_calls = ("np.negative",)
     c = "(-{x})"
 
     def adjoints(self, delta):
@@ -181,6 +195,7 @@ class Negative(UnaryOp):
 
 class Exp(UnaryOp):
     numpy = "np.exp({x}, out={out})"
+    numpy_calls = ("np.exp",)
     c = "exp({x})"
 
     def adjoints(self, delta):
@@ -189,6 +204,7 @@ class Exp(UnaryOp):
 
 class Log(UnaryOp):
     numpy = "np.log({x}, out={out})"
+    numpy_calls = ("np.log",)
     c = "log({x})"
 
     def adjoints(self, delta):
@@ -197,6 +213,7 @@ class Log(UnaryOp):
 
 class Sqrt(UnaryOp):
     numpy = "np.sqrt({x}, out={out})"
+    numpy_calls = ("np.sqrt",)
     c = "sqrt({x})"
 
     def adjoints(self, delta):
@@ -205,6 +222,7 @@ class Sqrt(UnaryOp):
 
 class Tanh(UnaryOp):
     numpy = "np.tanh({x}, out={out})"
+    numpy_calls = ("np.tanh",)
     c = "tanh({x})"
 
     def adjoints(self, delta):
@@ -213,6 +231,7 @@ class Tanh(UnaryOp):
 
 class Sigmoid(UnaryOp):
     numpy = "scipy.special.expit({x}, out={out})"
+    numpy_calls = ("scipy.special.expit",)
     c = "(1.0f / (1.0f + exp(-{x})))"
 
     def adjoints(self, delta):
@@ -225,6 +244,7 @@ class Softplus(UnaryOp):
     -softplus(-x)). Its derivative is sigmoid(x), also where x is 0, which a composition of
     relu and abs would get wrong there."""
     numpy = "np.logaddexp({x}, 0.0, out={out})"
+    numpy_calls = ("np.logaddexp",)
     # NaN stays NaN: fmax drops it but the log1p term keeps it.
     c = "(fmax({x}, 0.0f) + log1p(exp(-fabs({x}))))"
 
@@ -243,6 +263,7 @@ class Relu(UnaryOp):
 class Abs(UnaryOp):
     float_only = False
     numpy = "np.absolute({x}, out={out})"
+    numpy_calls = ("np.absolute",)
     c = "fabs({x})"
 
     def adjoints(self, delta):
@@ -251,6 +272,7 @@ class Abs(UnaryOp):
 
 class Sign(UnaryOp):
     numpy = "np.sign({x}, out={out})"
+    numpy_calls = ("np.sign",)
     c = "(({x} > 0.0f) - ({x} < 0.0f))"
 
     def adjoints(self, delta):
@@ -272,6 +294,10 @@ class LeakyRelu(UnaryOp):
         pick = "maximum" if self.alpha <= 1 else "minimum"
         return f"np.{pick}({{x}}, {{x}} * {self.alpha!r}, out={{out}})"
 
+    @property
+    def numpy_calls(self):
+        return ("np.maximum" if self.alpha <= 1 else "np.minimum",)
+
     c = "(({x} > 0.0f) ? {x} : {alpha} * {x})"
 
     def adjoints(self, delta):
@@ -283,6 +309,8 @@ class Elu(UnaryOp):
     # temporaries the size of x, fresh pages on every call (GAT's first layer at R-MAT
     # 500K: 373 ms a training step, 209 ms in place).
     numpy = "np.copyto({out}, {x})\nnp.expm1({out}, out={out}, where={out} < 0)"
+    # where={out} < 0: a comparison, at np.greater's calibrated cost
+    numpy_calls = ("np.copyto", "np.expm1", "np.greater")
     c = "(({x} > 0.0f) ? {x} : (exp({x}) - 1.0f))"
 
     def adjoints(self, delta):
@@ -295,6 +323,7 @@ class Cast(UnaryOp):
     """Converts dtype (bool masks and integer ids to floats, for instance)."""
     float_only = False
     numpy = "np.copyto({out}, {x}, casting='unsafe')"
+    numpy_calls = ("np.copyto",)
     attributes = (Attr("to", param="dtype"),)
 
     def __init__(self, x, dtype, name=None):
@@ -315,6 +344,7 @@ class StopGradient(UnaryOp):
     a costly computation. SimplePrune replaces it by x once gradients are built."""
     float_only = False
     numpy = "np.copyto({out}, {x})"
+    numpy_calls = ("np.copyto",)
     c = "{x}"
 
     def adjoints(self, delta):

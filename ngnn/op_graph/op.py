@@ -134,9 +134,13 @@ class Op:
       numpy     NumPy statement template ({out}, {x}, {y}, attributes), used by the NumPy
                 transformer and by constant folding.
       c         CUDA/OpenCL expression template for element-wise kernels.
+      numpy_calls  the NumPy functions its NumPy statement calls, each a pass over its
+                elements: the simulator's price of an element-wise op (each at its
+                calibrated cost per element; ngnn/simulate/cost.py).
     """
     kind = None
     numpy = None
+    numpy_calls = ()
     c = None
     is_stateful = False   # never folded or merged (random masks, assignments)
     attributes = ()       # Attr declarations: identity (CSE), rebuilding and printing

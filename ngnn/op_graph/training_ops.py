@@ -74,6 +74,7 @@ def seed_dropout(results, seed):
 class OneHot(Op):
     """(N,) integer class ids -> (N, C) floats; an id outside [0, C) is an error at run time."""
     attributes = (Attr("num_classes"), Attr("dtype", printed=False))
+    numpy_calls = ("np.equal",)      # the ids against each class (K.one_hot)
 
     def __init__(self, labels, num_classes, dtype=np.float32, name=None):
         (labels,) = as_ops(labels)

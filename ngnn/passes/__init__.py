@@ -1,6 +1,7 @@
 """Graph passes: one pass per module."""
 from .aggregate_transform_order import AggregateTransformOrder
 from .base import GraphPass, PeepholeGraphPass, RewritePass, visit
+from .block_planning import BlockPlan, BlockPlanning
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
 from .factor_products import FactorProducts
@@ -15,5 +16,6 @@ from .wide_accumulation import WideAccumulation
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
-           "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
+           "SplitContractions", "KernelPlanning", "KernelGroup", "BlockPlanning", "BlockPlan",
+           "BufferSharing", "MemoryPlan",
            "WideAccumulation", "SoftmaxByLogSumExp"]

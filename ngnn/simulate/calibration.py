@@ -176,7 +176,7 @@ def alone_blocks(indptr, width, quick):
 
 def block_budget(quick):
     """Bytes of edge arrays a calibration block holds: a fused group's (smaller, quick)."""
-    from ..transformers.numpy.fused import DEFAULT_BLOCK_BYTES
+    from ..passes.block_planning import DEFAULT_BLOCK_BYTES
     return DEFAULT_BLOCK_BYTES // (16 if quick else 1)
 
 

@@ -4,37 +4,36 @@ on one device, in seconds, with the work and the bytes it was priced from.
 A step is priced as the statements the transformer runs for it, each at the calibrated
 rate of its primitive, plus the device's overhead per statement:
 
-* dense ops: a roofline, max(flops / throughput, bytes / bandwidth); an element-wise
-  template pays one pass over its operands per NumPy call in it, and exp-like functions
-  their per-element rate; a dropout a random draw per element;
+* dense ops: a roofline, max(flops / throughput, bytes / bandwidth); an element-wise op
+  pays one pass over its operands per NumPy function it declares (`Op.numpy_calls`), each
+  at its calibrated cost per element, and exp-like functions their per-element rate; a
+  dropout a random draw per element;
 * graph ops, by the primitives the NumPy transformer lowers them to, each a calibrated
   curve over the row width and the size of the table read (`Curve`): `np.take` of rows
   (gathers), a CSR product over random columns (sum and mean aggregations), segment
   reductions (max and min), fancy row indexing, row and column sums, log-softmax;
-* a NumPy fused group as its generated function runs (ngnn.transformers.numpy.fused):
-  the masks and per-head copies made once per call, then per block of vertices the
-  block's bookkeeping (edge ids, segment ids) and each member's statements on the block's
-  rows, where the group's sparse products read gathered rows in place;
+* a NumPy fused group by its block plan (ngnn.passes.block_planning, numpy_plan): the
+  masks and per-head copies made once per call, then per block of vertices the block's
+  bookkeeping (edge ids, segment ids) and each member's work on the block's rows, where
+  the group's sparse products read gathered rows in place;
 * communication ops (`MirrorReduce`, `MasterBroadcast`, `AllReduce`): the alpha-beta
   model over the topology's link, plus the copies of the rows sent and received.
 
 A device without curves (the GPU presets) prices graph primitives by its scalar rates,
 and a kernel group (GPU transformer) as its members' work in one call.
 """
-import re
-
 import numpy as np
 
 from ..op_graph import (Aggregate, AllReduce, Assign, Broadcast, Constant, Dot, Dropout,
-                        EdgeSoftmax, Gather, LogSoftmax, MasterBroadcast, MirrorReduce, OneHot,
+                        EdgeSoftmax, Gather, LogSoftmax, MasterBroadcast, MirrorReduce,
                         Placeholder, Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum,
                         Variable)
 from ..passes.buffer_sharing import is_group
 
 LEAVES = (Placeholder, Variable, Constant)
-FUNCTION = re.compile(r"((?:np|scipy\.special)\.\w+)\(")
-TRANSCENDENTAL = ("np.exp", "np.log", "np.expm1", "np.tanh", "expit", "np.power",
-                  "np.sqrt")
+# NumPy functions priced by the device's transcendental rate where no curve says otherwise.
+TRANSCENDENTAL = ("np.exp", "np.log", "np.expm1", "np.tanh", "scipy.special.expit",
+                  "np.power", "np.sqrt", "np.logaddexp")
 
 
 class Cost:
@@ -200,17 +199,12 @@ def work(op, device, topology, rank=0, views=(), plan=None, per_call=None):
 
 
 def elementwise(op, device, rows=None, per_call=None):
-    """An op's NumPy template over `rows` of its rows (default all): each NumPy function
-    in it at its calibrated cost per element, else one pass over the operands each. The
-    functions' curves are read at the elements of one call: `per_call` rows (a fused
-    block's, whose arrays the cache holds), else all of them."""
+    """An op over `rows` of its rows (default all): each NumPy function it declares
+    (`op.numpy_calls`) at its calibrated cost per element, else one pass over the operands
+    each (one at least). The functions' curves are read at the elements of one call:
+    `per_call` rows (a fused block's, whose arrays the cache holds), else all of them."""
     fraction = 1.0 if rows is None or not op.shape else rows / max(op.shape[0], 1)
-    template = op.numpy if isinstance(getattr(op, "numpy", None), str) else ""
-    if isinstance(op, OneHot):
-        template = "np.equal("
-    functions = FUNCTION.findall(template)
-    if " > " in template or " < " in template:
-        functions.append("np.greater")
+    functions = list(op.numpy_calls)
     elements = fraction * max(size(op), max((size(a) for a in op.args if not a.is_sparse),
                                             default=0))
     moved = fraction * (nbytes(op) + sum(nbytes(a) for a in op.args if not a.is_sparse))
@@ -228,7 +222,7 @@ def elementwise(op, device, rows=None, per_call=None):
         seconds = sum(max([device.curves[f](1, call)] + slowest) for f in functions)
         return Cost(seconds * elements, elements, len(functions) * moved)
     calls = max(1, len(functions))
-    heavy = sum(template.count(name) for name in TRANSCENDENTAL)
+    heavy = sum(name in TRANSCENDENTAL for name in functions)
     return passes(device, elements, calls * moved, transcendental=heavy * elements)
 
 

@@ -11,7 +11,7 @@ from .cost import LEAVES, is_group
 
 def step_lines(comp):
     """{source line number: step} for the lines of `comp`'s generated `run`."""
-    from ngnn.transformers.numpy.transformer import DEFAULT_BLOCK_BYTES, ModuleWriter
+    from ngnn.transformers.numpy.transformer import ModuleWriter
 
     class Recording(ModuleWriter):
         def emit(self, op):
@@ -26,8 +26,7 @@ def step_lines(comp):
             self.spans.append((step, range(body, len(self.body)),
                                range(deferred, len(self.deferred))))
 
-    writer = Recording(comp, comp.transformer.options.get("fusion_block_bytes",
-                                                          DEFAULT_BLOCK_BYTES))
+    writer = Recording(comp)
     writer.spans = []
     source = writer.render()
     if source != comp._source:

@@ -1,11 +1,14 @@
-"""How the NumPy transformer runs a computation's fused groups, asked of its own group
-writer (ngnn.transformers.numpy.fused), so the price follows the code that runs: the
-block size and count, which aggregations are sparse products reading gathered rows in
-place, which stored edge values are in CSR order (read as slices) and which are read or
-written through edge ids, which dropout masks are drawn once per call."""
+"""The NumPy transformer's fused groups priced from the computation's block plan
+(`comp.block_plan`, ngnn.passes.block_planning), the plan its group writer renders
+(ngnn.transformers.numpy.fused): the block size and count, which aggregations are sparse
+products reading gathered rows in place, which stored edge values are in CSR order (read
+as slices) and which are read or written through edge ids; and, from the group's ops,
+which dropout masks are drawn once per call. Each member is priced by its kind's cost
+rule (ngnn.simulate.cost), at the block's rows."""
 import numpy as np
 
 from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
+from ..passes.block_planning import heads_of
 from ..passes.buffer_sharing import is_group
 from .calibration import SHORT_BLOCKS, busy_block_edges, first_reads
 from .cost import (Cost, along_rows, apply_keep, blocked, keep_bits, nbytes, numpy_function,
@@ -14,21 +17,11 @@ from .cost import (Cost, along_rows, apply_keep, blocked, keep_bits, nbytes, num
 
 
 class NumPyPlan:
-    """The fused groups of `comp` (transformed by the NumPy transformer) as it writes them."""
+    """Prices the fused groups of `comp` (planned by the NumPy transformer) by its block
+    plan, and follows the cache and the dropout masks as the steps are priced in order."""
 
     def __init__(self, comp):
-        from ngnn.passes import FusedGroup
-        from ngnn.transformers.numpy.fused import (DEFAULT_BLOCK_BYTES, FusedGroupWriter,
-                                                    csr_ordered_values)
-        block_bytes = comp.transformer.options.get("fusion_block_bytes", DEFAULT_BLOCK_BYTES)
-        groups = [s for s in comp.steps if isinstance(s, FusedGroup)]
-        self.writers = {g: FusedGroupWriter(g, {}, None, lambda kind, graph: kind,
-                                            block_bytes) for g in groups}
-        ordered = csr_ordered_values(self.writers.values(),
-                                     [s for s in comp.steps if not isinstance(s, FusedGroup)],
-                                     comp.results)
-        for writer in self.writers.values():
-            writer.csr_ordered = ordered
+        self.groups = comp.block_plan.groups        # {fused group: GroupBlocks}
         # The span masks of keyed dropouts the kernels keep between statements, as the
         # steps are priced in order (see cost.keep_bits).
         self.masks = {}
@@ -61,23 +54,21 @@ class NumPyPlan:
         return float(np.clip((end - max(start, oldest)) / (end - start), 0.0, 1.0))
 
     def writes(self, step):
-        return step in self.writers
+        return step in self.groups
 
     def group_cost(self, group, device):
         from ngnn.transformers.numpy import kernels as K
-        writer = self.writers[group]
+        plan = self.groups[group]
         graph, end = group.graph, group.at
-        other = "src" if end == "dst" else "dst"
-        products, skipped = writer.sparse_products(other)
-        blocks = len(K.blocks(graph, end, writer.edge_block_limit()))
-        edges, nodes = graph.num_edges, graph.num_nodes
-        context = Block(self, writer, device, blocks, skipped)
+        products, skipped = plan.products, plan.skipped
+        blocks = len(K.blocks(graph, end, plan.block_edges))
+        edges = graph.num_edges
+        context = Block(self, plan, device, blocks, skipped)
         # Once per call: per-head copies of the product sources, and the dropout masks.
         cost = Cost(kind="fused", calls=1)
         for x, weight in {(x, w) for x, w in products.values()}:
-            heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
             cost = cost + (Cost(2 * nbytes(x) / device.transpose_rate, 0, 2 * nbytes(x))
-                           if heads > 1 else Cost(calls=1))
+                           if heads_of(weight) > 1 else Cost(calls=1))
         masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
                  if isinstance(op, Dropout)}
         for op in masks.values():
@@ -85,7 +76,7 @@ class NumPyPlan:
         # Per block: edge ids, the other ends and segment bounds (views); the own ends'
         # vertex ids where a gather reads them (K.segment_ids).
         cost = cost + Cost(calls=3 * blocks)
-        if writer.reads_own_ends(skipped):
+        if plan.reads_own_ends:
             cost = cost + Cost(edges / device.repeat_rate, 0, 16 * edges, calls=3 * blocks)
         for op in group.ops:
             if op not in skipped:
@@ -97,24 +88,24 @@ class NumPyPlan:
 
 
 class Block:
-    """Prices a fused group's members as its generated block loop runs them: every
-    statement once per block, its work summed over the blocks."""
+    """Prices a fused group's members as its block plan runs them (`group_plan`, a
+    GroupBlocks): every statement once per block, its work summed over the blocks."""
 
-    def __init__(self, plan, writer, device, blocks, skipped):
-        self.plan, self.writer, self.device, self.blocks = plan, writer, device, blocks
-        group = writer.group
+    def __init__(self, plan, group_plan, device, blocks, skipped):
+        self.plan, self.group_plan, self.device, self.blocks = plan, group_plan, device, blocks
+        group = group_plan.group
         self.edges, self.nodes, self.end = group.graph.num_edges, group.graph.num_nodes, group.at
         self.members = set(group.ops)
         # A block that makes more than one edge array is a busy one (see cost.blocked).
-        made = [op for op in group.ops if writer.is_edge_sized(op) and op not in skipped
-                and not _is_view_template(op)]
-        taken = [arg for arg in group.inputs if writer.is_edge_sized(arg) and not
-                 (arg in writer.csr_ordered and self.end == "dst")]
+        made = [op for op in group.ops if group_plan.is_edge_sized(op) and op not in skipped
+                and not plan.is_view(op)]
+        taken = [arg for arg in group.inputs if group_plan.is_edge_sized(arg) and not
+                 group_plan.in_csr_slices(arg)]
         self.busy = len(made) + len(taken) > 1
         # A busy block reading no rows by edge ids (stored edge values, an edge dropout's
         # mask) is a light one: its node tables can stay in the cache from block to block.
         self.light = self.busy and not taken and not any(
-            isinstance(op, Dropout) and writer.is_edge_sized(op) for op in group.ops)
+            isinstance(op, Dropout) and group_plan.is_edge_sized(op) for op in group.ops)
         # What the group streams of its own, read or written once: the other ends' ids
         # (int64) and its outputs.
         self.streams = 8 * self.edges + sum(nbytes(op) for op in group.outputs)
@@ -168,9 +159,8 @@ class Block:
 
     def read(self, arg, user):
         """Reading a group input's block rows: a slice, or np.take by edge ids."""
-        if arg in self.members or self.writer.rows_of(arg, user) != "edges":
-            return Cost(calls=0)
-        if arg in self.writer.csr_ordered and self.end == "dst":
+        if arg in self.members or self.group_plan.rows_of(arg, user) != "edges" or \
+                self.group_plan.in_csr_slices(arg):
             return Cost(calls=0)
         return self.blocked("edge_take", self.edges, row_width(arg), self.edges, self.blocks)
 
@@ -197,13 +187,13 @@ class Block:
             rows = self.rows(op)
             elements = rows * row_elements(op)
             keep = Cost(calls=0)
-            if self.writer.is_edge_sized(op):
+            if self.group_plan.is_edge_sized(op):
                 # np.take(keep, eids): rows of a byte a head, a table of rows x heads bytes
                 keep = self.keep_rows(row_elements(op))
             scale = apply_keep(device, elements, elements / blocks)
             scale.calls = 3 * blocks
             return reads + keep + scale
-        if _is_view_template(op):
+        if self.plan.is_view(op):
             return Cost(calls=blocks)
         cost = work(op, device, None, per_call=self.rows(op) / blocks)
         cost.calls = blocks
@@ -215,7 +205,7 @@ class Block:
         mean = Cost(calls=0) if op.reduce != "mean" else self.divide_by_degrees(op)
         if op in products:
             x, weight = products[op]
-            heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+            heads = heads_of(weight)
             data = Cost(calls=0) if weight is None or weight in self.members else \
                 self.read(weight, op)
             # K.gather_sum as calibrated whole (its weights of ones, the output's fill; per
@@ -276,13 +266,9 @@ class Block:
 
     def store(self, op):
         """The block's rows of an output written into its tensor."""
-        if not self.writer.is_edge_sized(op) or (op in self.writer.csr_ordered and
-                                                 self.end == "dst"):
+        plan = self.group_plan
+        if not plan.is_edge_sized(op) or plan.in_csr_slices(op):
             return passes(self.device, 0, 2 * nbytes(op), calls=self.blocks)
         return primitive(self.device, "fancy", self.edges, row_elements(op), self.edges,
                          calls=self.blocks)
 
-
-def _is_view_template(op):
-    template = getattr(op, "numpy", None)
-    return isinstance(template, str) and template.startswith("{out} = ")

@@ -6,6 +6,10 @@ index with the block's edge ends, aggregations and edge softmaxes are segment re
 over the block's (sorted) edges. The loop is over blocks of thousands of edges, never over
 single vertices or edges.
 
+How many edges a block holds, which aggregations are sparse products and in which order
+stored edge values lie are the block plan's (ngnn/passes/block_planning.py, which the
+simulator prices too); this module renders it.
+
 A block's values are written into arrays made once per computation (`workspace`, one
 arena the groups take turns to use), each as long as the group's longest block: new
 arrays for every block cost the allocator and the page faults of fresh memory again and
@@ -15,13 +19,12 @@ import re
 
 import numpy as np
 
-from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply
+from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
 from ngnn.op_graph.printer import IRNames, op_comment
+from ngnn.passes.block_planning import heads_of
 
 from . import kernels as K
 from .codegen import is_scalar_constant
-
-DEFAULT_BLOCK_BYTES = 8 << 20     # edge intermediates of one block: a few MiB, near cache size
 
 
 class BlockShape:
@@ -35,45 +38,18 @@ class BlockShape:
         return self.text
 
 
-def per_head(weight_shape, value_shape):
-    """Does an edge weight scale whole rows of heads of a gathered value? (E, H, 1) does for
-    (E, H, F), and (E, 1) for (E, F)."""
-    heads = list(weight_shape[1:])
-    while heads and heads[-1] == 1:
-        heads.pop()
-    return tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
-
-
-def csr_ordered_values(writers, plain_ops, results):
-    """The edge values that only fused groups read, each a whole row per edge: these are
-    stored in the in-CSR order of their graph (sorted by destination), so a
-    destination-parallel block reads and writes them as one contiguous slice, and only a
-    source-parallel one goes through a permutation. Everything else keeps edge-id order."""
-    outside = set(results) | {a for op in plain_ops for a in op.args}
-    ordered = set()
-    for writer in writers:
-        for op in writer.group.outputs:
-            if writer.is_edge_sized(op) and op not in outside and all(
-                    reader.group.graph is writer.group.graph and
-                    reader.rows_of(op, user) == "edges"
-                    for reader in writers for user in reader.group.ops
-                    if op in user.args and op not in reader.members):
-                ordered.add(op)
-    return ordered
-
-
 class FusedGroupWriter:
-    def __init__(self, group, names, codegen, graph_ref, block_bytes=DEFAULT_BLOCK_BYTES,
-                 value_names=None):
-        self.group = group
+    """Renders one fused group as its block plan (ngnn.passes.block_planning.GroupBlocks,
+    `blocks`) says: the block size, the sparse products, the order of stored edge values."""
+
+    def __init__(self, blocks, names, codegen, graph_ref, value_names=None):
+        self.blocks = blocks
+        self.group = group = blocks.group
         self.names = names            # op -> name in the generated module (`t_8`)
         self.value_names = value_names or IRNames()     # op -> the IR's name (`%8`)
         self.codegen = codegen
         self.g = graph_ref("graph", group.graph)
-        self.block_bytes = block_bytes
-        self.members = set(group.ops)
-        self.E, self.N = group.graph.num_edges, group.graph.num_nodes
-        self.csr_ordered = set()      # edge values stored in in-CSR order (csr_ordered_values)
+        self.csr_ordered = blocks.csr_ordered     # edge values stored in in-CSR order
         # workspace array name -> (rows, shape, dtype): a block value's ("n_e" or "n_v"
         # rows, as many as the longest block has), or a whole tensor's (rows None).
         self.scratch = {}
@@ -85,9 +61,9 @@ class FusedGroupWriter:
         its workspace is sized for any load instead: every vertex (a run of vertices
         without edges can make a block of nearly all of them) and the block edge limit
         (only a lone vertex with more edges exceeds it: see scratch_rows)."""
-        graph, limit = self.group.graph, self.edge_block_limit()
+        graph, limit = self.group.graph, self.blocks.block_edges
         if graph.varies:
-            return {"n_e": min(self.E, limit), "n_v": self.N}
+            return {"n_e": min(graph.num_edges, limit), "n_v": graph.num_nodes}
         blocks = K.blocks(graph, self.group.at, limit)
         return {"n_e": max((p1 - p0 for _, _, p0, p1 in blocks), default=0),
                 "n_v": max((v1 - v0 for v0, v1, _, _ in blocks), default=0)}
@@ -112,29 +88,6 @@ class FusedGroupWriter:
             offset += -(-nbytes // 64) * 64
         return lines, offset
 
-    def edge_block_limit(self):
-        """Edges per block so that one block's edge intermediates, and the rows it reads of
-        stored edge values, fit the byte budget."""
-        per_edge = sum(op.nbytes // max(self.E, 1) for op in self.group.ops + self.group.inputs
-                       if self.is_edge_sized(op))
-        return max(1, self.block_bytes // max(per_edge, 1))
-
-    def is_edge_sized(self, op):
-        return op.scope == "e" and op.shape and op.shape[0] == self.E
-
-    def rows_of(self, arg, user):
-        """How a block reads an input of `user`: edge rows, vertex rows, or all of it
-        (parameters broadcast over rows, and the node tensors gathers pick from)."""
-        if isinstance(user, Gather) or not arg.shape:
-            return "all"
-        if isinstance(user, (Aggregate, EdgeSoftmax)) or user.scope == "e":
-            # An unscoped (E, ...) tensor of the user's rank broadcasts one row per edge.
-            return "edges" if arg.shape[0] == self.E and \
-                (arg.scope == "e" or arg.ndim == user.ndim) else "all"
-        if arg.ndim == user.ndim and arg.shape[0] == self.N != 1:
-            return "vertices"
-        return "all"
-
     def function(self):
         """Lines of the nested function that runs the group, and the line calling it."""
         g, group = self.g, self.group
@@ -142,7 +95,7 @@ class FusedGroupWriter:
         end = "dst" if group.at == "dst" else "src"
         other = "src" if end == "dst" else "dst"
         csr = "in" if end == "dst" else "out"
-        self.products, skipped = self.sparse_products(other)
+        self.products, skipped = self.blocks.products, self.blocks.skipped
         lines = [f"def {group.name}({', '.join(params)}):",
                  f"    # {len(group.ops)} ops, {'destination' if end == 'dst' else 'source'}"
                  f"-parallel over the {csr}-CSR; edge values live one block at a time"]
@@ -182,17 +135,17 @@ class FusedGroupWriter:
             if not (isinstance(op, Aggregate) and op.at == end):
                 body.append(f"        {self.stored_rows(op)} = {local[op]}")
         lines.append(f"    for v0, v1, p0, p1 in K.blocks({g}, {end!r}, "
-                     f"{self.edge_block_limit()}):")
-        lines += self.block_bounds(body, csr, end, other, skipped, permuted)
+                     f"{self.blocks.block_edges}):")
+        lines += self.block_bounds(body, csr, end, other, permuted)
         lines += body
         lines[2:2], self.workspace_bytes = self.workspace_layout()
         return lines, f"{group.name}({', '.join(params)})"
 
-    def block_bounds(self, body, csr, end, other, skipped, permuted):
+    def block_bounds(self, body, csr, end, other, permuted):
         """The lines naming what `body` reads of its block: edge ids, the other ends, the
         segment bounds, the own ends (made, so only where a gather reads them), counts."""
         g, used = self.g, set(re.findall(r"\w+", "\n".join(body)))
-        own_ends = self.reads_own_ends(skipped)
+        own_ends = self.blocks.reads_own_ends
         lines = []
         if "eids" in used:
             lines.append(f"        eids = {g}.{csr}_eids[p0:p1]")
@@ -210,17 +163,11 @@ class FusedGroupWriter:
             lines.append(f"        {', '.join(counts)} = {', '.join(counts.values())}")
         return lines
 
-    def reads_own_ends(self, skipped):
-        """Does a block read its edges' own-end vertex ids (K.segment_ids, made per block)?
-        Only a gather by the group's own end does."""
-        return any(isinstance(op, Gather) and op.by == self.group.at and op not in skipped
-                   for op in self.group.ops)
-
     def product_source(self, x, weight):
         """(name, expression) of the gathered node tensor as a sparse product reads it:
         contiguous rows, or one contiguous matrix per head when the weight scales heads
         (K.gather_sum), copied into the workspace. Made once per call, before the blocks."""
-        heads = 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+        heads = heads_of(weight)
         name = self.names[x]
         if heads == 1:
             return name, f"np.ascontiguousarray({name})"
@@ -232,7 +179,7 @@ class FusedGroupWriter:
     def stored_rows(self, op):
         """The rows of a stored value that this block writes or reads whole."""
         name = self.names[op]
-        if not self.is_edge_sized(op):
+        if not self.blocks.is_edge_sized(op):
             return f"{name}[v0:v1]"
         if op not in self.csr_ordered:
             return f"{name}[eids]"
@@ -247,40 +194,6 @@ class FusedGroupWriter:
             return f"np.take({name}, eids, axis=0)"
         return f"{name}[p0:p1]" if self.group.at == "dst" else f"np.take({name}, in_pos, axis=0)"
 
-    def sparse_products(self, other):
-        """Sum/mean aggregations of `weight * gather(x)` (or of `gather(x)`) are run as sparse
-        products, one per attention head: the gathered copy of x is never made.
-        Returns {aggregation: (x, weight or None)} and the ops this makes unnecessary."""
-        members = set(self.group.ops)
-        users = {}
-        for op in self.group.ops:
-            for a in op.args:
-                users.setdefault(a, []).append(op)
-
-        def private(op):     # used once, inside the group, and not written out
-            return op in members and op not in self.group.outputs and len(users.get(op, [])) == 1
-
-        def gathered(op):
-            return isinstance(op, Gather) and op.by == other and op.args[0] not in members \
-                and private(op)
-
-        products, skipped = {}, set()
-        for agg in self.group.ops:
-            if not isinstance(agg, Aggregate) or agg.reduce not in ("sum", "mean"):
-                continue
-            (msg,) = agg.args
-            if gathered(msg):
-                products[agg] = (msg.args[0], None)
-                skipped.add(msg)
-            elif isinstance(msg, Multiply) and private(msg):
-                for g, w in (msg.args, msg.args[::-1]):
-                    if gathered(g) and w.ndim == g.ndim and per_head(w.shape, g.shape) and \
-                            w.dtype == g.dtype and w is not g:
-                        products[agg] = (g.args[0], w)
-                        skipped.update((msg, g))
-                        break
-        return products, skipped
-
     def statements(self, op, local, end):
         # Block values are named "b_" + the tensor's name after its "t_" prefix (the IR's
         # id: ngnn/naming.py): unique, and clear of the tensors' and the generator's own.
@@ -291,7 +204,7 @@ class FusedGroupWriter:
             if a in local:
                 args.append(local[a])
             else:
-                how = self.rows_of(a, op)
+                how = self.blocks.rows_of(a, op)
                 full = self.names[a]
                 args.append({"all": full, "edges": self.edge_rows(a),
                              "vertices": f"{full}[v0:v1]"}[how])
@@ -320,7 +233,7 @@ class FusedGroupWriter:
         if isinstance(op, Dropout):
             keep = self.keep_names[op]
             # np.take: indexing a bool array of (E, heads, 1) by eids costs ~50x more a row.
-            rows = f"np.take({keep}, eids, axis=0)" if self.is_edge_sized(op) else \
+            rows = f"np.take({keep}, eids, axis=0)" if self.blocks.is_edge_sized(op) else \
                 f"{keep}[v0:v1]"
             self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
             return [f"K.apply_keep({args[0]}, {rows}, rate={op.rate!r}, out={name})"]

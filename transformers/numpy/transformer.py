@@ -13,14 +13,15 @@ import weakref
 import numpy as np
 
 from ngnn.naming import sanitize, value_identifier
-from ngnn.passes import FusedGroup
+from ngnn.passes import BlockPlanning, BufferSharing, FusedGroup
+from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES
 from ngnn.op_graph.printer import op_comment
 from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Slice, Transpose,
                            Variable)
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
-from .fused import DEFAULT_BLOCK_BYTES, FusedGroupWriter, csr_ordered_values
+from .fused import FusedGroupWriter
 
 VIEW_OPS = (Reshape, Transpose, Broadcast, Slice)
 
@@ -83,6 +84,11 @@ class NumPyTransformer(Transformer):
     def is_view(self, op):
         return isinstance(op, VIEW_OPS)
 
+    def late_passes(self):
+        # The fused groups' blocks are planned once, for the code writer and the simulator.
+        block_bytes = self.options.get("fusion_block_bytes", DEFAULT_BLOCK_BYTES)
+        return self.fusion_passes() + [BlockPlanning(block_bytes), BufferSharing()]
+
     def allocate_variable(self, variable):
         storage = NumPyDeviceBufferStorage(self, variable.nbytes, variable.name)
         storage.allocate()
@@ -98,9 +104,7 @@ class NumPyTransformer(Transformer):
         super().close()
 
     def transform_ordered_ops(self, computation):
-        module = ModuleWriter(computation, self.options.get('fusion_block_bytes',
-                                                               DEFAULT_BLOCK_BYTES),
-                              self.debug_nans)
+        module = ModuleWriter(computation, self.debug_nans)
         source = module.render()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
@@ -151,9 +155,8 @@ def without_float_warnings(executor):
 class ModuleWriter:
     """Renders one computation as a Python module."""
 
-    def __init__(self, computation, block_bytes, debug_nans=False):
+    def __init__(self, computation, debug_nans=False):
         self.comp = computation
-        self.block_bytes = block_bytes
         self.debug_nans = debug_nans
         self.checked_ops = []       # ops whose outputs the NaN finder checks (`ops[i]`)
         self.plan = computation.memory_plan
@@ -190,16 +193,11 @@ class ModuleWriter:
         for step in self.comp.steps:
             for op in step.ops if isinstance(step, FusedGroup) else [step]:
                 self.name_of(op)
-        self.writers = {step: FusedGroupWriter(step, self.names, self.codegen, self.ref,
-                                               self.block_bytes, self.value_names)
-                        for step in self.comp.steps if isinstance(step, FusedGroup)}
-        csr_ordered = csr_ordered_values(
-            self.writers.values(),
-            [step for step in self.comp.steps if not isinstance(step, FusedGroup)],
-            self.comp.results)
+        self.writers = {group: FusedGroupWriter(blocks, self.names, self.codegen, self.ref,
+                                                self.value_names)
+                        for group, blocks in self.comp.block_plan.groups.items()}
         for step in self.comp.steps:
             if isinstance(step, FusedGroup):
-                self.writers[step].csr_ordered = csr_ordered
                 self.emit_group(step)
             else:
                 self.emit(step)

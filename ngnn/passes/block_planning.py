@@ -1,0 +1,158 @@
+"""BlockPlanning: how the NumPy transformer runs each fused group, decided once.
+
+A NumPy fused group runs over blocks of vertices (slices of the CSR of its end), so its
+edge-sized intermediates exist for one block of edges at a time. What that takes is
+decided here, per group (`GroupBlocks`):
+  - `block_edges`: the edges a block holds, so that one block's edge intermediates and the
+    rows it reads of stored edge values fit the byte budget (`fusion_block_bytes`, 8 MiB
+    by default: near the size of the cache);
+  - `products`: the sum and mean aggregations of `weight * gather(x)` (or of `gather(x)`)
+    that run as sparse products, one per attention head, reading x's rows in place, and
+    `skipped`, the ops they make unnecessary (the gathered copy is never made);
+  - `reads_own_ends`: whether a block makes its edges' own-end vertex ids (only a gather by
+    the group's own end reads them);
+  - `rows_of(arg, user)`: how a block reads an input: edge rows, vertex rows, or whole;
+and for the computation (`BlockPlan.csr_ordered`): the edge values only fused groups read,
+each a whole row per edge, which are stored in their graph's in-CSR order, so that a
+destination-parallel block reads and writes them as one contiguous slice and only a
+source-parallel one goes through a permutation. Every other edge value keeps edge-id
+order.
+
+These are decisions about the plan, not about NumPy text: the NumPy transformer's group
+writer renders them (transformers/numpy/fused.py) and the simulator prices them
+(ngnn/simulate/numpy_plan.py), so the two read one plan and cannot disagree. The pass
+sets `computation.block_plan`; it rewrites nothing.
+"""
+import numpy as np
+
+from ..op_graph import Aggregate, EdgeSoftmax, Gather, Multiply
+from .base import GraphPass
+from .fusion import FusedGroup
+
+DEFAULT_BLOCK_BYTES = 8 << 20     # edge intermediates of one block: a few MiB, near cache size
+
+
+class BlockPlanning(GraphPass):
+    def __init__(self, block_bytes=DEFAULT_BLOCK_BYTES):
+        self.block_bytes = block_bytes
+
+    def do_pass(self, computation):
+        groups = [s for s in computation.steps if isinstance(s, FusedGroup)]
+        plain = [s for s in computation.steps if not isinstance(s, FusedGroup)]
+        computation.block_plan = BlockPlan(groups, plain, computation.results,
+                                           self.block_bytes)
+
+
+class BlockPlan:
+    """`groups`: {fused group: GroupBlocks}; `csr_ordered`: the edge values stored in the
+    in-CSR order of their graph."""
+
+    def __init__(self, groups, plain_ops, results, block_bytes=DEFAULT_BLOCK_BYTES):
+        self.groups = {g: GroupBlocks(g, block_bytes) for g in groups}
+        self.csr_ordered = csr_ordered_values(self.groups.values(), plain_ops, results)
+        for blocks in self.groups.values():
+            blocks.csr_ordered = self.csr_ordered
+
+
+class GroupBlocks:
+    """The block plan of one fused group (see the module's docstring)."""
+
+    def __init__(self, group, block_bytes=DEFAULT_BLOCK_BYTES):
+        self.group = group
+        self.members = set(group.ops)
+        self.E, self.N = group.graph.num_edges, group.graph.num_nodes
+        self.csr_ordered = set()        # the computation's (BlockPlan.csr_ordered)
+        per_edge = sum(op.nbytes // max(self.E, 1) for op in group.ops + group.inputs
+                       if self.is_edge_sized(op))
+        self.block_edges = max(1, block_bytes // max(per_edge, 1))
+        self.products, self.skipped = self.sparse_products()
+        self.reads_own_ends = any(isinstance(op, Gather) and op.by == group.at and
+                                  op not in self.skipped for op in group.ops)
+
+    def is_edge_sized(self, op):
+        return op.scope == "e" and op.shape and op.shape[0] == self.E
+
+    def rows_of(self, arg, user):
+        """How a block reads an input of `user`: edge rows, vertex rows, or all of it
+        (parameters broadcast over rows, and the node tensors gathers pick from)."""
+        if isinstance(user, Gather) or not arg.shape:
+            return "all"
+        if isinstance(user, (Aggregate, EdgeSoftmax)) or user.scope == "e":
+            # An unscoped (E, ...) tensor of the user's rank broadcasts one row per edge.
+            return "edges" if arg.shape[0] == self.E and \
+                (arg.scope == "e" or arg.ndim == user.ndim) else "all"
+        if arg.ndim == user.ndim and arg.shape[0] == self.N != 1:
+            return "vertices"
+        return "all"
+
+    def in_csr_slices(self, op):
+        """Does a block read or write `op`'s rows as a slice of its CSR (a value stored in
+        in-CSR order, in a destination-parallel group), rather than through edge ids?"""
+        return op in self.csr_ordered and self.group.at == "dst"
+
+    def sparse_products(self):
+        """Sum/mean aggregations of `weight * gather(x)` (or of `gather(x)`) by the other
+        end run as sparse products, one per attention head: the gathered copy of x is never
+        made. Returns {aggregation: (x, weight or None)} and the ops this makes
+        unnecessary."""
+        group = self.group
+        other = "src" if group.at == "dst" else "dst"
+        users = {}
+        for op in group.ops:
+            for a in op.args:
+                users.setdefault(a, []).append(op)
+
+        def private(op):     # used once, inside the group, and not written out
+            return op in self.members and op not in group.outputs and \
+                len(users.get(op, [])) == 1
+
+        def gathered(op):
+            return isinstance(op, Gather) and op.by == other and \
+                op.args[0] not in self.members and private(op)
+
+        products, skipped = {}, set()
+        for agg in group.ops:
+            if not isinstance(agg, Aggregate) or agg.reduce not in ("sum", "mean"):
+                continue
+            (msg,) = agg.args
+            if gathered(msg):
+                products[agg] = (msg.args[0], None)
+                skipped.add(msg)
+            elif isinstance(msg, Multiply) and private(msg):
+                for g, w in (msg.args, msg.args[::-1]):
+                    if gathered(g) and w.ndim == g.ndim and per_head(w.shape, g.shape) and \
+                            w.dtype == g.dtype and w is not g:
+                        products[agg] = (g.args[0], w)
+                        skipped.update((msg, g))
+                        break
+        return products, skipped
+
+
+def heads_of(weight):
+    """The attention heads a sparse product's edge weight scales (1 without a weight)."""
+    return 1 if weight is None else int(np.prod(weight.shape[1:], dtype=np.int64))
+
+
+def per_head(weight_shape, value_shape):
+    """Does an edge weight scale whole rows of heads of a gathered value? (E, H, 1) does for
+    (E, H, F), and (E, 1) for (E, F)."""
+    heads = list(weight_shape[1:])
+    while heads and heads[-1] == 1:
+        heads.pop()
+    return tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
+
+
+def csr_ordered_values(groups, plain_ops, results):
+    """The edge values that only fused groups read, each a whole row per edge (see the
+    module's docstring). `groups`: the GroupBlocks of the computation's fused groups."""
+    outside = set(results) | {a for op in plain_ops for a in op.args}
+    ordered = set()
+    for blocks in groups:
+        for op in blocks.group.outputs:
+            if blocks.is_edge_sized(op) and op not in outside and all(
+                    reader.group.graph is blocks.group.graph and
+                    reader.rows_of(op, user) == "edges"
+                    for reader in groups for user in reader.group.ops
+                    if op in user.args and op not in reader.members):
+                ordered.add(op)
+    return ordered
