@@ -840,3 +840,20 @@ def test_a_mean_divides_each_row_by_one_degree_at_the_row_length_cost():
     assert means
     elements = sum(int(np.prod(op.shape)) for op in means)
     assert seconds[4e-9] - seconds[1e-9] == pytest.approx(3e-9 * elements, rel=1e-6)
+
+
+def test_an_element_wise_op_is_priced_by_the_numpy_functions_it_declares():
+    """Each NumPy function an op declares (`numpy_calls`) costs its calibrated curve per
+    element; an op declaring a function the profile lacks is priced as a pass over its
+    operands per function, at the memory bandwidth."""
+    x = ng.placeholder((100, 4), np.float32)
+    curves = {name: simulate.Curve([1], [1], [[seconds]]) for name, seconds in (
+        ("np.exp", 1e-9), ("np.copyto", 2e-9), ("np.expm1", 4e-9), ("np.greater", 8e-9))}
+    device = simulate.Device(**DEVICE, curves=curves)
+    elu = ng.elu(x)
+    assert type(elu).numpy_calls == ("np.copyto", "np.expm1", "np.greater")
+    assert simulate.cost.elementwise(ng.exp(x), device).seconds == pytest.approx(400e-9)
+    assert simulate.cost.elementwise(elu, device).seconds == pytest.approx(400 * 14e-9)
+    log = ng.log(x)
+    assert simulate.cost.elementwise(log, device).seconds == pytest.approx(
+        2 * 1600 / DEVICE["memory_bandwidth"] + 400 / device.transcendental_rate)
