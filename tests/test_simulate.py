@@ -857,3 +857,25 @@ def test_an_element_wise_op_is_priced_by_the_numpy_functions_it_declares():
     log = ng.log(x)
     assert simulate.cost.elementwise(log, device).seconds == pytest.approx(
         2 * 1600 / DEVICE["memory_bandwidth"] + 400 / device.transcendental_rate)
+
+
+def test_calibration_times_every_numpy_function_the_ops_declare(monkeypatch):
+    """Element-wise ops are priced by the NumPy functions they declare, so calibration
+    times exactly those (and a mask's cast), at each function size: a new op's function is
+    measured without naming it in calibration."""
+    from ngnn.op_graph import Elu, Exp, Softplus
+
+    class Timed(Exception):
+        pass
+
+    def record(timings, rounds, before):
+        raise Timed(timings)
+
+    monkeypatch.setattr(simulate.calibration, "_fastest", record)
+    with pytest.raises(Timed) as caught:
+        simulate.calibration.measure(quick=True)
+    timed = {key[0] for key in caught.value.args[0]
+             if key[-1] == 1 and key[0].startswith(("np.", "scipy."))}
+    declared = set(Exp.numpy_calls + Elu.numpy_calls + Softplus.numpy_calls)
+    assert declared <= timed
+    assert timed == set(simulate.calibration.declared_functions()) | {"np.multiply@cast"}

@@ -146,10 +146,22 @@ def first_reads(rows, edges):
     return float(np.sqrt(float(rows) * float(edges)))
 
 
-def touch_cost(cold, warm, distinct, edges):
-    """Seconds per unit of first_reads (a "_touch" curve's figure) of a sample of `edges`
-    reads touching `distinct` rows, from its cost per edge on a cold and on a warm cache."""
-    return max(cold - warm, 1e-12) * edges / first_reads(distinct, edges)
+def excess(figures, name, dearer, cheaper, units):
+    """Adds `name`'s figures to `figures` ({(curve, table rows, width): seconds per item}):
+    what `dearer` costs beyond `cheaper` at each of `units`' keys ({(rows, width): units
+    per item}), per unit. The curves calibration derives rather than times: the first
+    reads of a table's rows (a cold read's cost beyond a warm one, per first_reads of the
+    rows the sample touches: the "_touch" curves) and a keyed dropout's picking (its keep
+    bits' cost beyond drawing their span, per element: `keep_select`)."""
+    for (rows, width), per_item in units.items():
+        figures[name, rows, width] = max(figures[dearer, rows, width] -
+                                         figures[cheaper, rows, width], 1e-12) / per_item
+
+
+def first_reads_per_edge(distinct, edges):
+    """Units of a "_touch" curve per edge of a sample of `edges` reads touching `distinct`
+    rows."""
+    return first_reads(distinct, edges) / edges
 
 
 def graph_sizes(quick):
@@ -386,8 +398,8 @@ def busy_blocks(quick, rng):
                     best[key] = min(best.get(key, np.inf), max(seconds, 1e-12) / n_e)
     # A light block's first reads of its rows, as a quiet one's ("_touch", first_reads).
     for (name, rows, w), (distinct, n_e) in touched.items():
-        best[name + "_touch", rows, w] = touch_cost(
-            best[name, rows, w], best[name + "_steady", rows, w], distinct, n_e)
+        excess(best, name + "_touch", name, name + "_steady",
+               {(rows, w): first_reads_per_edge(distinct, n_e)})
     return best
 
 
@@ -468,7 +480,7 @@ def keep_timings(quick, rng):
     cached and an uncached tensor; and, for a rank's dropout keyed by its global ids (half
     of a span, as 2 ranks hold), {("keep_rows", span, width): (kernels.dropout_keep_rows,
     ids)} and {("keep_span", span, width): (the span's bits, ids)}: what picking the ids'
-    rows costs beyond drawing their span is the difference (`keep_select`)."""
+    rows costs beyond drawing their span is the difference (`keep_select`, `excess`)."""
     from ..transformers.numpy import kernels as K
     timings = {}
     for elements in FUNCTION_SIZES[quick]:
@@ -489,21 +501,26 @@ def keep_timings(quick, rng):
     return timings
 
 
-def keep_select(curves):
-    """Seconds per element picked by a keyed dropout beyond drawing its ids' span: the
-    `keep_rows` and `keep_span` curves (per id, at widths) made one, per element."""
-    rows, span = curves.pop("keep_rows"), curves.pop("keep_span")
-    seconds = [[max(r - s, 1e-12) / w for r, s, w in zip(row, spans, rows.widths)]
-               for row, spans in zip(rows.seconds, span.seconds)]
-    return Curve(rows.rows, rows.widths, seconds)
-
-
 TRAILING_WIDTHS = (4, 8, 16)   # np.multiply@trailing, np.add@bias: a broadcast's rows
 
 
+def declared_functions():
+    """The NumPy functions the ops declare their statements call (`Op.numpy_calls`), each
+    once: what element-wise ops are priced by, so what calibration times."""
+    from ..op_graph import Op
+    found, classes = set(), [Op]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        calls = cls.__dict__.get("numpy_calls")
+        if isinstance(calls, tuple):       # (a property names some of these, by attribute)
+            found.update(calls)
+    return sorted(found)
+
+
 def function_timings(quick, rng):
-    """{(NumPy function, elements, 1): (function, elements)}: the functions of the ops'
-    NumPy templates, per element, on a cached and an uncached array; and per row length,
+    """{(NumPy function, elements, 1): (function, elements)}: the functions the ops
+    declare, per element, on a cached and an uncached array; and per row length,
     a multiply by a value a row, {("np.multiply@trailing", elements, row): ...}, and a
     row added to every row ("np.add@bias"): NumPy's inner loop runs over one row (R-MAT
     100K in a fused block, 0.83 ns an element for rows of 4 and 0.33 for rows of 16)."""
@@ -523,35 +540,28 @@ def function_timings(quick, rng):
     return timings
 
 
+# The operands a function is timed on where not the first of (x, y) it takes: x standard
+# normal, y positive (past 1); the domain of a logarithm and a root, a power of a constant.
+OPERANDS = {"np.log": ("y",), "np.sqrt": ("y",), "np.power": ("y", 0.5)}
+
+
 def _functions(rng, elements):
     x = rng.standard_normal(elements, dtype=np.float32)
     y = np.abs(rng.standard_normal(elements, dtype=np.float32)) + 1
     out = np.empty_like(x)
     # A mask times floats: far slower per element than plain arrays.
     mask = x > 0
-    return {
-        "np.multiply@cast": lambda: np.multiply(mask, y, out=out),
-        "np.add": lambda: np.add(x, y, out=out),
-        "np.subtract": lambda: np.subtract(x, y, out=out),
-        "np.multiply": lambda: np.multiply(x, y, out=out),
-        "np.divide": lambda: np.divide(x, y, out=out),
-        "np.maximum": lambda: np.maximum(x, y, out=out),
-        "np.minimum": lambda: np.minimum(x, y, out=out),
-        "np.greater": lambda: np.greater(x, y, out=out),
-        "np.equal": lambda: np.equal(x, y, out=out),
-        "np.negative": lambda: np.negative(x, out=out),
-        "np.absolute": lambda: np.absolute(x, out=out),
-        "np.sign": lambda: np.sign(x, out=out),
-        "np.exp": lambda: np.exp(x, out=out),
-        "np.log": lambda: np.log(y, out=out),
-        "np.expm1": lambda: np.expm1(x, out=out),
-        "np.tanh": lambda: np.tanh(x, out=out),
-        "np.sqrt": lambda: np.sqrt(y, out=out),
-        "np.power": lambda: np.power(y, 0.5, out=out),
-        "np.where": lambda: np.where(x > 0, x, y),
-        "np.copyto": lambda: np.copyto(out, x),
-        "scipy.special.expit": lambda: scipy.special.expit(x, out=out),
-    }
+    timed = {"np.multiply@cast": lambda: np.multiply(mask, y, out=out)}
+    for name in declared_functions():
+        if name == "np.copyto":          # copyto(dst, src), not a ufunc
+            timed[name] = lambda: np.copyto(out, x)
+            continue
+        module, _, attribute = name.rpartition(".")
+        function = getattr({"np": np, "scipy.special": scipy.special}[module], attribute)
+        operands = [{"x": x, "y": y}.get(a, a) for a in
+                    OPERANDS.get(name, ("x", "y")[:function.nin])]
+        timed[name] = functools.partial(function, *operands, out=out)
+    return timed
 
 
 def measure(quick=False, seed=0):
@@ -619,19 +629,28 @@ def measure(quick=False, seed=0):
     # A cold table's reads cost their warm cost plus the first reads of its rows
     # ("_touch": seconds per first_reads of the sample).
     for (name, rows, w), distinct in touched.items():
-        per_item[name + "_touch", rows, w] = touch_cost(
-            per_item[name, rows, w], per_item[name + "_warm", rows, w], distinct,
-            graph[name, rows, w][1])
+        excess(per_item, name + "_touch", name, name + "_warm",
+               {(rows, w): first_reads_per_edge(distinct, graph[name, rows, w][1])})
+    # A keyed dropout's picking, per element, beyond drawing its ids' span.
+    excess(per_item, "keep_select", "keep_rows", "keep_span",
+           {key[1:]: key[2] for key in keeps if key[0] == "keep_rows"})
     per_item.update(busy_blocks(quick, rng))
+    drawn_whole = ("keep_rows", "keep_span")
+    return rates, fit_curves({key: seconds for key, seconds in per_item.items()
+                              if key[0] not in drawn_whole}, capped=products_names)
+
+
+def fit_curves(figures, capped=()):
+    """{curve: Curve} of `figures` ({(curve, table rows, width): seconds per item}), each
+    curve over the table sizes and widths it was measured at; the `capped` curves made
+    `monotone`."""
     curves = {}
-    for name in sorted({key[0] for key in per_item}):
-        along = sorted({key[1] for key in per_item if key[0] == name})
-        across = sorted({key[2] for key in per_item if key[0] == name})
-        seconds = [[per_item[name, r, w] for w in across] for r in along]
-        curves[name] = Curve(along, across, monotone(seconds) if name in products_names
-                             else seconds)
-    curves["keep_select"] = keep_select(curves)
-    return rates, curves
+    for name in sorted({key[0] for key in figures}):
+        along = sorted({key[1] for key in figures if key[0] == name})
+        across = sorted({key[2] for key in figures if key[0] == name})
+        seconds = [[figures[name, r, w] for w in across] for r in along]
+        curves[name] = Curve(along, across, monotone(seconds) if name in capped else seconds)
+    return curves
 
 
 def monotone(seconds):
