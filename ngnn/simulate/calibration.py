@@ -771,73 +771,61 @@ def blas_threads():
     return os.cpu_count() or 1
 
 
+# Figures that are costs (the lower the better) and the one that is taken from the last
+# calibration (the sleeps' slack: what a waiting rank gets, not a best case); every other
+# figure of a device or a link is a rate or a size (the higher the better).
+COSTS = ("call_overhead", "latency", "allreduce_latency", "contention", "curves")
+LATEST = ("poll_slack",)
+# Fields that describe the machine rather than measure it: the first calibration's.
+DESCRIPTIONS = ("name", "kind", "memory_bytes", "cores", "cache_bytes", "ends")
+
+
 def median_of(*topologies):
     """One profile from many calibrations of the same machine: each figure (each point of
     each curve) the median of theirs. Each calibration keeps the best of its rounds
     already; over many, the best of all is the luckiest moment's, which the runs it
     predicts rarely see."""
-    devices = [t.device().to_dict() for t in topologies]
-    merged = dict(devices[0])
-    for field, value in devices[0].items():
-        if field in ("name", "kind", "memory_bytes", "cores", "cache_bytes"):
-            continue
-        if field == "curves":
-            merged["curves"] = {}
-            for name, curve in value.items():
-                same = [d["curves"][name] for d in devices if name in d.get("curves", {})
-                        and d["curves"][name]["rows"] == curve["rows"]
-                        and d["curves"][name]["widths"] == curve["widths"]]
-                merged["curves"][name] = dict(curve, seconds=np.median(
-                    [c["seconds"] for c in same], axis=0).tolist())
-        else:
-            merged[field] = float(np.median([d[field] for d in devices if field in d]))
-    links = []
-    for i, link in enumerate(topologies[0].links):
-        mine = link.to_dict()
-        theirs = [t.links[i].to_dict() for t in topologies if len(t.links) > i]
-        for field, value in mine.items():
-            if field != "ends":
-                mine[field] = float(np.median([d[field] for d in theirs]))
-        links.append(mine)
-    first = topologies[0]
-    return Topology.from_dict({"name": first.name, "validated": first.validated,
-                               "devices": [merged], "links": links})
+    return merged(topologies, lambda field, figures: np.median(figures, axis=0))
 
 
 def best_of(*topologies):
     """One profile from several calibrations of the same machine: each figure the best
-    any of them measured (the fastest rate, the smallest cost per item or latency), as
-    each calibration keeps the best of its rounds; the ranks' contention the smallest,
-    the sleeps' slack the last's."""
+    any of them measured (the fastest rate, the smallest cost per item or latency, the
+    smallest contention of the ranks: the least disturbed by other jobs), as each
+    calibration keeps the best of its rounds; the sleeps' slack the last's."""
+    def best(field, figures):
+        if field in LATEST:
+            return figures[-1]
+        return figures.min(axis=0) if field in COSTS else figures.max(axis=0)
+    return merged(topologies, best)
+
+
+def merged(topologies, pick):
+    """One profile of the fields of the first of `topologies` (its device and links),
+    each measured figure `pick(field, figures)` of the calibrations that measured it
+    (curves: those measured at the same table sizes and widths; `figures` an array, a
+    calibration a row)."""
     first = topologies[0]
-    devices = first.device().to_dict()
-    for other in topologies[1:]:
-        theirs = other.device().to_dict()
-        for field, value in theirs.items():
-            if field in ("name", "kind", "memory_bytes", "cores", "cache_bytes") or \
-                    field not in devices:
-                continue
-            if field == "curves":
-                for name, curve in value.items():
-                    mine = devices["curves"].get(name)
-                    if mine and mine["rows"] == curve["rows"] and \
-                            mine["widths"] == curve["widths"]:
-                        mine["seconds"] = [[min(a, b) for a, b in zip(r, s)]
-                                           for r, s in zip(mine["seconds"], curve["seconds"])]
-            elif field == "call_overhead":
-                devices[field] = min(devices[field], value)
-            else:
-                devices[field] = max(devices[field], value)
-    links = [link.to_dict() for link in first.links]
-    for other in topologies[1:]:
-        for mine, theirs in zip(links, (link.to_dict() for link in other.links)):
-            for field in ("latency", "allreduce_latency"):
-                mine[field] = min(mine[field], theirs[field])
-            # The ranks' slowdown side by side, each calibration's the fastest turns':
-            # the smallest is the least disturbed by other jobs.
-            mine["contention"] = min(mine["contention"], theirs["contention"])
-            mine["poll_slack"] = theirs["poll_slack"]
-            for field in ("bandwidth", "allreduce_bandwidth"):
-                mine[field] = max(mine[field], theirs[field])
+    devices = [t.device().to_dict() for t in topologies]
+    device = _merged_fields(devices, pick)
+    device["curves"] = {}
+    for name, curve in devices[0].get("curves", {}).items():
+        same = [d["curves"][name]["seconds"] for d in devices
+                if d.get("curves", {}).get(name, {}).get("rows") == curve["rows"]
+                and d["curves"][name]["widths"] == curve["widths"]]
+        device["curves"][name] = dict(curve, seconds=pick("curves", np.array(same)).tolist())
+    links = [_merged_fields([t.links[i].to_dict() for t in topologies if len(t.links) > i],
+                            pick) for i in range(len(first.links))]
     return Topology.from_dict({"name": first.name, "validated": first.validated,
-                               "devices": [devices], "links": links})
+                               "devices": [device], "links": links})
+
+
+def _merged_fields(records, pick):
+    """The first of `records` (dicts of a device's or a link's fields) with each measured
+    scalar `pick`ed over those records that have it."""
+    merged_ = dict(records[0])
+    for field in records[0]:
+        if field not in DESCRIPTIONS + ("curves",):
+            merged_[field] = float(pick(field, np.array([r[field] for r in records
+                                                         if field in r])))
+    return merged_
