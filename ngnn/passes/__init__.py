@@ -16,6 +16,6 @@ from .wide_accumulation import WideAccumulation
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
-           "SplitContractions", "KernelPlanning", "KernelGroup", "BlockPlanning", "BlockPlan",
-           "BufferSharing", "MemoryPlan",
+           "BlockPlanning", "BlockPlan",
+           "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
            "WideAccumulation", "SoftmaxByLogSumExp"]

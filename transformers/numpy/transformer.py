@@ -13,11 +13,12 @@ import weakref
 import numpy as np
 
 from ngnn.naming import sanitize, value_identifier
-from ngnn.passes import BlockPlanning, BufferSharing, FusedGroup
-from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES
+from ngnn.passes import FusedGroup
 from ngnn.op_graph.printer import op_comment
 from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Slice, Transpose,
                            Variable)
+from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
+from ngnn.passes.buffer_sharing import BufferSharing
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
@@ -81,13 +82,13 @@ class NumPyTransformer(Transformer):
     resident_class = NumPyResident
     extra_options = ("fusion_block_bytes",)
 
-    def is_view(self, op):
-        return isinstance(op, VIEW_OPS)
-
     def late_passes(self):
         # The fused groups' blocks are planned once, for the code writer and the simulator.
         block_bytes = self.options.get("fusion_block_bytes", DEFAULT_BLOCK_BYTES)
         return self.fusion_passes() + [BlockPlanning(block_bytes), BufferSharing()]
+
+    def is_view(self, op):
+        return isinstance(op, VIEW_OPS)
 
     def allocate_variable(self, variable):
         storage = NumPyDeviceBufferStorage(self, variable.nbytes, variable.name)
