@@ -557,7 +557,11 @@ def _functions(rng, elements):
             timed[name] = lambda: np.copyto(out, x)
             continue
         module, _, attribute = name.rpartition(".")
-        function = getattr({"np": np, "scipy.special": scipy.special}[module], attribute)
+        function = getattr({"np": np, "scipy.special": scipy.special}.get(module), attribute,
+                           None)
+        if function is None:
+            raise ValueError(f"numpy_calls: {name!r} is not a NumPy or scipy.special "
+                             "function (an op declares the functions its statement calls)")
         operands = [{"x": x, "y": y}.get(a, a) for a in
                     OPERANDS.get(name, ("x", "y")[:function.nin])]
         timed[name] = functools.partial(function, *operands, out=out)
