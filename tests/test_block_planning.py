@@ -29,7 +29,7 @@ def test_the_plan_is_made_before_the_code_and_the_module_runs_it():
     default, changed = gat_trainer(), gat_trainer()
     comp = changed.train_step
     comp.plan()
-    assert comp._source is None
+    assert not comp.transformed         # no code written yet
     plan = comp.block_plan
     assert isinstance(plan, BlockPlan)
     groups = [s for s in comp.steps if isinstance(s, FusedGroup)]
