@@ -157,8 +157,11 @@ class ChunkedProgram:
         self.slot = ChunkSlot(*self.grid.capacities())
         self.budget = budget
         self.parameters = {p: i for i, p in enumerate(computation.parameters)}
+        # One RowBlock per block size, shared by the vertex stages: their index arrays (the
+        # blocks' readout graphs) are held on the device once, not per stage.
+        self.row_blocks = {}
         self.runners = [StageRunner(self, k, stage) for k, stage in enumerate(plan.stages)]
-        self.graphs = [self.slot] + [g for r in self.runners for h in r.holders.values()
+        self.graphs = [self.slot] + [g for h in self.row_blocks.values()
                                      for g in [h, *h.readouts.values()]]
         transformer.drop_graphs(self.graphs)
         # The host drops a value after the last stage that reads it.
@@ -228,7 +231,8 @@ class StageRunner:
             n, rows = plan.graph.num_nodes, program.sizes.vertex_rows
             self.blocks = [(s, min(s + rows, n)) for s in range(0, n, rows)]
             sizes = sorted({stop - start for start, stop in self.blocks}, reverse=True)
-            self.holders = {r: RowBlock(r, plan.readouts) for r in sizes}
+            self.holders = {r: program.row_blocks.setdefault(r, RowBlock(r, plan.readouts))
+                            for r in sizes}
             self.computations = {r: self._compile(t, f"{name}_{r}", {"n": r},
                                                   self.holders[r]) for r in sizes}
         elif stage.kind == "edge":
