@@ -250,7 +250,8 @@ class Plan:
                                     f"spaces {mixed}")
         if isinstance(op, Slice):
             rows = op.key[0]
-            if isinstance(rows, slice) and rows.start == 0 and rows.step == 1 and rows.stop <= self.num_graphs:
+            if isinstance(rows, slice) and rows.start == 0 and rows.step == 1 and \
+                    rows.stop <= self.num_graphs:
                 return GRAPH_ROWS if op.shape[0] == n else None
             return self._refuse(op, "slices per-graph rows past the graphs' rows")
         row_wise = isinstance(op, (ElementWise, OneHot)) or \

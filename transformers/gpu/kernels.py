@@ -16,8 +16,7 @@ from ngnn.naming import Namer, sanitize
 from ngnn import philox
 from ngnn.op_graph import (Aggregate, Communication, Concat, Dot, EdgeSoftmax, LogSoftmax,
                            MasterBroadcast, Max, Mean, Min, MirrorReduce, Op, ReadoutAllReduce,
-                           Reduction, Softmax,
-                           SparseDot, SparseTransposedDot, Unslice)
+                           Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
 from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph.sparse import sparse_source
 from ngnn.passes import KernelGroup

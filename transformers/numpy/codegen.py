@@ -7,9 +7,8 @@ import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.op_graph import (AllReduce, Aggregate, Concat, Constant, Dropout, EdgeSoftmax, Gather, LogSoftmax,
-                           MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce,
-                           Softmax, SparseDot,
-                           SparseDropout, SparseTransposedDot)
+                           MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce, Softmax,
+                           SparseDot, SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
 
 generate_op = on_type
