@@ -4,10 +4,12 @@
         readouts (sum, mean, max) of a batch of graphs partitioned over the K ranks, with
         the gradients of a loss through them, against one process on rank 0; reports the
         largest absolute differences.
-    mpiexec -n K python tests/graph_ranks_driver.py train BACKEND
+    mpiexec -n K python tests/graph_ranks_driver.py train BACKEND [DTYPE]
         two training steps of GIN-0 (with and without batch norm) and the mean-readout
         GCN on a batch of 40 MUTAG graphs over the K ranks, against one process; reports
         the largest relative differences of the trained variables, losses and logits.
+        DTYPE float32 (default float64) trains in float32 with every order-dependent sum
+        accumulated in float64 (wide_accumulation), on both sides.
 """
 import json
 import sys
@@ -76,12 +78,16 @@ def ops(backend):
     return report
 
 
-def models(data):
+def models(data, dtype):
     f, c = data.num_features, data.num_classes
-    return {"gin": lambda: nn.GINGraph(f, 8, c, num_layers=3, seed=1, dtype=np.float64,
+    return {"gin": lambda: nn.GINGraph(f, 8, c, num_layers=3, seed=1, dtype=dtype,
                                        batch_norm=False),
-            "gin_bn": lambda: nn.GINGraph(f, 8, c, num_layers=3, seed=1, dtype=np.float64),
-            "gcn_mean": lambda: nn.GCNGraph(f, 8, c, num_layers=2, seed=1, dtype=np.float64)}
+            "gin_bn": lambda: nn.GINGraph(f, 8, c, num_layers=3, seed=1, dtype=dtype),
+            "gcn_mean": lambda: nn.GCNGraph(f, 8, c, num_layers=2, seed=1, dtype=dtype)}
+
+
+def transformer(backend, dtype):
+    return ngt.make_transformer(backend, wide_accumulation=dtype == np.float32)
 
 
 def optimizer_for(model):
@@ -95,14 +101,14 @@ def optimizer_for(model):
 def single_process(make, gb, x, labels, backend, seed):
     """What DistributedGraphTrainer computes, in one process: two steps, then logits."""
     model = make()
-    h = ng.placeholder(x.shape, dtype=np.float64, name="x")
+    h = ng.placeholder(x.shape, dtype=x.dtype, name="x")
     y = ng.placeholder(labels.shape, dtype=np.int64, name="y")
     graph = gb.with_self_loops() if model.self_loops else gb
     loss = ng.cross_entropy(model(graph, h, gb, training=True), y)
     state = model.state_updates()
     seed_dropout([loss] + state, seed)
     updates = optimizer_for(model).updates(loss) + state
-    with ngt.make_transformer(backend) as t:
+    with transformer(backend, x.dtype) as t:
         step = t.computation([loss] + updates, h, y)
         losses = [float(step(x, labels)[0]) for _ in range(2)]
         variables = [t.variable_value(v) for v in model.parameters() + model.buffers()]
@@ -115,19 +121,21 @@ def relative(a, b):
                  max(float(np.abs(np.asarray(b)).max()), 1e-30))
 
 
-def train(backend):
+def train(backend, dtype="float64"):
     comm = dist.world()
+    dtype = np.dtype(dtype)
     data = datasets.load("mutag")
     ids = np.arange(40)
     gb, x = data.batch(ids)
-    x = x.astype(np.float64)
+    x = x.astype(dtype)
     labels = data.labels[ids]
     part = dist.partition(gb, comm.Get_size(), "cvc").part(comm.Get_rank())
     report = {}
-    for name, make in models(data).items():
+    for name, make in models(data, dtype).items():
         model = make()
         trainer = dist.DistributedGraphTrainer(model, gb, x, labels, part,
-                                               optimizer_for(model), backend=backend, seed=7)
+                                               optimizer_for(model), seed=7,
+                                               transformer=transformer(backend, dtype))
         losses = [trainer.step() for _ in range(2)]
         variables = [trainer.transformer.variable_value(v)
                      for v in model.parameters() + model.buffers()]
@@ -144,7 +152,7 @@ def train(backend):
 
 
 if __name__ == "__main__":
-    command, backend = sys.argv[1], sys.argv[2]
-    result = {"ops": ops, "train": train}[command](backend)
+    command, *args = sys.argv[1:]
+    result = {"ops": ops, "train": train}[command](*args)
     if dist.world().Get_rank() == 0:
         print(json.dumps(result))
