@@ -152,3 +152,33 @@ def test_a_loader_slot_is_refused_under_a_memory_budget():
     with pytest.raises(ChunkingError, match="a slot whose edges change between calls"):
         ngt.make_transformer("numpy", chunks=2).computation(model(slot.graph, h, slot),
                                                             h).transform()
+
+
+def test_float32_steps_chunked_with_wide_accumulation_equal_bit_for_bit():
+    """In float32 with wide accumulation (as `ngnn train` runs) the readouts' partial sums
+    are float64 and rounded once, so three Adam steps of GIN-0 over 3 chunks give the
+    unchunked weights to the last bit (dropout on)."""
+    data = datasets.load("mutag")
+    gb, x = data.batch(np.arange(60))
+    x = x.astype(np.float32)
+
+    def three_steps(**options):
+        model = nn.GINGraph(data.num_features, 16, data.num_classes, num_layers=3, seed=1,
+                            batch_norm=False)
+        h = ng.placeholder(x.shape, dtype=np.float32, name="x")
+        y = ng.placeholder((60,), dtype=np.int64, name="y")
+        loss = ng.cross_entropy(model(gb, h, gb, training=True), y)
+        updates = optim.Adam(model.parameters()).updates(loss)
+        seed_dropout([loss] + updates, 3)
+        t = ngt.make_transformer("numpy", wide_accumulation=True, **options)
+        step = t.computation([loss] + updates, h, y)
+        losses = [step(x, data.labels[:60])[0] for _ in range(3)]
+        return losses, [t.variable_value(v) for v in model.parameters()], step
+
+    want, got = three_steps(), three_steps(chunks=3)
+    assert got[2].chunked and got[2].stats["chunks"] == 3
+    # The loss value itself is a mean over the graphs, which chunking takes as a sum over
+    # the count: its last bit may differ; the gradients, hence the weights, may not.
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_array_equal(a, b)
