@@ -38,7 +38,7 @@ def insert_communication(results, view):
     graph ops over MasterViews move onto their LocalGraphs, dropouts over `view`'s node
     rows are keyed by global ids."""
     lower_zoom_outs(results)
-    replicated = set()         # the same on every rank: readouts and what only they feed
+    replicated = set()   # the same on every rank: readouts, and what only they and weights feed
     for op in ordered_ops(results):
         graph = getattr(op, "graph", None)
         if isinstance(graph, RankReadoutGraph):
@@ -52,8 +52,8 @@ def insert_communication(results, view):
         elif isinstance(graph, MasterView) and isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
             op.forward = {Gather: gathered, Aggregate: synced,
                           EdgeSoftmax: synced_softmax}[type(op)](op)
-        elif op.args and all(a in replicated or isinstance(a, (Constant, Variable))
-                             for a in op.args):
+        elif any(a in replicated for a in op.args) and \
+                all(a in replicated or isinstance(a, (Constant, Variable)) for a in op.args):
             replicated.add(op)       # a dropout among them keeps its single-process mask
         elif isinstance(op, (Dropout, SparseDropout)) and op.rows is None:
             op.forward = node_keyed(op, view)
