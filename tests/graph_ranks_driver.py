@@ -39,8 +39,10 @@ def readout_and_gradients(rows, batch, reduce, share):
     h = ng.placeholder((rows, FEATURES), dtype=np.float64, name="h")
     w = ng.variable((FEATURES, 2), initial_value=rng.standard_normal((FEATURES, 2)),
                     dtype=np.float64)
-    # ReLU before max: ties at 0 within graphs, and across ranks.
-    z = ng.relu(ng.dot(h, w)) if reduce == "max" else ng.tanh(ng.dot(h, w))
+    # ReLU, shifted below 0, before max: ties (at -0.5) within graphs and across ranks,
+    # and graphs whose maximum is negative, so a rank without vertices of a graph (whose
+    # partial is 0) must not take part.
+    z = ng.relu(ng.dot(h, w)) - 0.5 if reduce == "max" else ng.tanh(ng.dot(h, w))
     pooled = ng.readout(z, batch, reduce)
     weights = share[:, None] * np.arange(1.0, 3.0)
     return h, w, pooled, ng.sum(pooled * pooled * ng.constant(weights, dtype=np.float64))

@@ -29,9 +29,10 @@ def readout_and_gradients(gb, reduce):
     rng = np.random.default_rng(1)
     h = ng.placeholder((gb.num_nodes, 3), dtype=np.float64, name="h")
     w = ng.variable((3, 2), initial_value=rng.standard_normal((3, 2)), dtype=np.float64)
-    # ReLU before a max readout: every feature of some graph ties at 0, so the gradient's
-    # tie sharing is exercised across row blocks.
-    z = ng.relu(ng.dot(h, w)) if reduce == "max" else ng.tanh(ng.dot(h, w))
+    # ReLU, shifted below 0, before a max readout: ties (at -0.5) within graphs and across
+    # row blocks, and graphs whose maximum is negative, so a part without rows of a graph
+    # (whose partial is 0) must not take part.
+    z = ng.relu(ng.dot(h, w)) - 0.5 if reduce == "max" else ng.tanh(ng.dot(h, w))
     pooled = ng.readout(z, gb, reduce)
     loss = ng.sum(pooled * pooled * np.arange(1.0, 3.0))
     return h, [pooled] + ng.grad(loss, [h, w])
