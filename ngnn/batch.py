@@ -102,11 +102,18 @@ def _readonly(array):
     return array
 
 
+class ReadoutGraph(Graph):
+    """The readout block of a batch (see the module doc). Its own class so that what plans
+    by graph knows a readout when it meets one: chunked execution (ngnn.out_of_core) runs
+    an aggregation over it as a per-graph reduction of row blocks, not over edge chunks."""
+
+
 def readout_graph(graph_ids, num_graphs):
     """The readout block of a batch: vertex rows max(N, num_graphs) (a batch with empty
     graphs can have fewer nodes than graphs), num_dst = num_graphs, edge i: i -> graph_ids[i]."""
     n = graph_ids.shape[0]
-    return Graph(np.arange(n, dtype=np.int64), graph_ids, max(n, num_graphs), num_graphs)
+    return ReadoutGraph(np.arange(n, dtype=np.int64), graph_ids, max(n, num_graphs),
+                        num_graphs)
 
 
 def readout(h, batch, reduce="sum"):

@@ -179,17 +179,3 @@ def test_the_api_md_block_runs_as_written():
         np.testing.assert_array_equal(t.computation(pooled, h)(x),
                                       [x[:3].sum(0), x[3:5].sum(0), x[5:].sum(0)])
     assert (len(data.graphs), data.num_classes, data.num_features) == (188, 2, 7)
-
-
-def test_chunked_execution_refuses_a_readout_clearly():
-    # The out-of-core planner chunks the graph ops of one graph; a readout adds a second.
-    from ngnn import datasets
-    from ngnn import transformers as ngt
-    from ngnn.out_of_core.plan import ChunkingError
-    data = datasets.load("mutag")
-    gb, x = data.batch(np.arange(data.num_graphs))
-    h = ng.placeholder(x.shape)
-    logits = nn.GINGraph(data.num_features, 16, data.num_classes)(gb, h, gb)
-    with ngt.make_transformer("numpy", memory_budget=64 << 10) as t:
-        with pytest.raises(ChunkingError, match="graph ops over 2 graphs"):
-            t.computation(logits, h)(x)

@@ -8,7 +8,8 @@ that equals training in one process (docs/distributed.md).
 """
 from .partition import POLICIES, LocalPart, Partition, load_partition, partition
 from .exchange import Exchange, world
-from .local_graph import LocalGraph, MasterView
+from .local_graph import LocalGraph, MasterView, RankReadoutGraph
 from .lowering import insert_communication
 from .trainer import DistributedTrainer
+from .graphs import DistributedGraphTrainer, RankBatch
 from . import launch

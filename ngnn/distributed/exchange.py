@@ -155,6 +155,17 @@ class Exchange:
         self.seconds["allreduce"] += time.perf_counter() - start
         return out
 
+    def allgather(self, x):
+        """(ranks,) + x.shape: every rank's x, in rank order, on every rank (a readout's
+        per-graph partials; counted as "allreduce")."""
+        start = time.perf_counter()
+        send = np.ascontiguousarray(x)
+        result = np.empty((self.size,) + send.shape, send.dtype)
+        wait([self.comm.Iallgather(send, result)])
+        self.bytes["allreduce"] += send.nbytes
+        self.seconds["allreduce"] += time.perf_counter() - start
+        return result
+
     # ---- values outside the op-graph (metrics) --------------------------------------------
     def sum(self, values):
         """Sum over ranks of a small float64 array (losses, accuracy counts)."""

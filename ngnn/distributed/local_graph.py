@@ -17,6 +17,7 @@ import functools
 
 import numpy as np
 
+from ngnn.batch import ReadoutGraph
 from ngnn.graph import Graph, _readonly
 
 
@@ -128,6 +129,48 @@ class LocalGraph(Graph):
     def __repr__(self):
         return (f"LocalGraph(rank={self.exchange.rank}, num_nodes={self.num_nodes} "
                 f"({self.num_masters} masters), num_edges={self.num_edges})")
+
+
+class RankReadoutGraph(ReadoutGraph):
+    """A rank's readout graph for a batch of graphs partitioned by vertex: edge i joins
+    master i to its graph `graph_ids[i]` (of `num_graphs`), so an aggregation over it at
+    the graphs is the rank's partial readout, which ngnn.distributed.lowering combines over
+    the ranks (ReadoutAllReduce). `holds` (ranks, num_graphs): which ranks hold vertices
+    of each graph; `graph_sizes`: each graph's vertices over all ranks."""
+
+    def __init__(self, graph_ids, num_graphs, exchange):
+        n = graph_ids.shape[0]
+        super().__init__(np.arange(n, dtype=np.int64), graph_ids, max(n, num_graphs),
+                         num_graphs)
+        self.exchange = exchange
+        counts = np.bincount(graph_ids, minlength=num_graphs).astype(np.int64)
+        every = np.empty((exchange.size, num_graphs), np.int64)
+        exchange.comm.Allgather(counts, every)
+        self.holds = _readonly(every > 0)
+        self.graph_sizes = _readonly(every.sum(axis=0))
+
+    def combine_ranks(self, x, reduce, out):
+        """ReadoutAllReduce: x's per-graph rows (its first num_graphs) combined over the
+        ranks in rank order into out, the same on every rank; the other rows copied."""
+        graphs = self.num_dst
+        every = self.exchange.allgather(x[:graphs])
+        np.copyto(out, x)
+        if reduce == "sum":
+            total = every[0].copy()
+            for partial in every[1:]:
+                total += partial
+        else:
+            pick = np.maximum if reduce == "max" else np.minimum
+            total = np.full(every.shape[1:], -np.inf if reduce == "max" else np.inf, x.dtype)
+            for holds, partial in zip(self.holds, every):
+                total[holds] = pick(total[holds], partial[holds])
+            total[self.graph_sizes == 0] = 0       # no vertices anywhere: 0, as one process
+        out[:graphs] = total
+        return out
+
+    def __repr__(self):
+        return (f"RankReadoutGraph(rank={self.exchange.rank}, {self.num_edges} masters, "
+                f"{self.num_dst} graphs)")
 
 
 class GatheredAt:

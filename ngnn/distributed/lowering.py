@@ -13,7 +13,11 @@ Graph ops move onto the LocalGraph, where edges reach mirrors:
   sum by the whole graph's degree;
 * an edge softmax becomes its max, exp, sum and divide, with both aggregations synced;
 * a dropout of node rows is keyed by the masters' global ids (dropouts made inside zoomIn
-  already are, through MasterView.global_rows).
+  already are, through MasterView.global_rows);
+* a readout over a RankReadoutGraph (a batch of graphs partitioned by vertex) is the
+  rank's partial readout combined over the ranks (ReadoutAllReduce); a mean divides the
+  combined sum by the whole graphs' sizes. What is computed from readouts and weights
+  alone is the same on every rank: its dropouts keep their single-process masks.
 
 Gradients then follow from the ops' adjoints: the adjoint of the broadcast is a mirror
 reduction and the other way round, while gathers and aggregations stay local. Run it on
@@ -23,10 +27,10 @@ import numpy as np
 
 from ngnn.frontend import lower_zoom_outs
 from ngnn.op_graph import (Aggregate, Constant, Divide, Dropout, EdgeSoftmax, Exp, Gather,
-                           MasterBroadcast, MirrorReduce, SparseDropout, StopGradient, Subtract,
-                           ordered_ops)
+                           MasterBroadcast, MirrorReduce, ReadoutAllReduce, SparseDropout,
+                           StopGradient, Subtract, Variable, ordered_ops)
 
-from .local_graph import MasterView
+from .local_graph import MasterView, RankReadoutGraph
 
 
 def insert_communication(results, view):
@@ -34,11 +38,23 @@ def insert_communication(results, view):
     graph ops over MasterViews move onto their LocalGraphs, dropouts over `view`'s node
     rows are keyed by global ids."""
     lower_zoom_outs(results)
+    replicated = set()   # the same on every rank: readouts, and what only they and weights feed
     for op in ordered_ops(results):
         graph = getattr(op, "graph", None)
-        if isinstance(graph, MasterView) and isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
+        if isinstance(graph, RankReadoutGraph):
+            if isinstance(op, Aggregate) and op.at == "dst":
+                op.forward = readout_reduced(op)
+                replicated.update((op, op.forward))
+            elif isinstance(op, EdgeSoftmax):
+                raise ValueError(f"distributed: an edge softmax over a readout graph ({op}) "
+                                 "is not built over ranks; readouts over ranks are sum, "
+                                 "mean and max")
+        elif isinstance(graph, MasterView) and isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
             op.forward = {Gather: gathered, Aggregate: synced,
                           EdgeSoftmax: synced_softmax}[type(op)](op)
+        elif any(a in replicated for a in op.args) and \
+                all(a in replicated or isinstance(a, (Constant, Variable)) for a in op.args):
+            replicated.add(op)       # a dropout among them keeps its single-process mask
         elif isinstance(op, (Dropout, SparseDropout)) and op.rows is None:
             op.forward = node_keyed(op, view)
 
@@ -87,6 +103,18 @@ class DegreeDivide(Divide):
     def adjoints(self, delta):
         divisor = self.args[1]
         return [delta * Constant(1.0 / divisor.value, dtype=divisor.dtype), None]
+
+
+def readout_reduced(op):
+    """A readout over a rank's share of a batch: its partial, combined over the ranks."""
+    e, g = op.args[0], op.graph
+    if op.reduce != "mean":
+        return ReadoutAllReduce(Aggregate(e, g, at="dst", reduce=op.reduce), g, op.reduce)
+    whole = ReadoutAllReduce(Aggregate(e, g, at="dst", reduce="sum"), g, "sum")
+    divisor = np.ones((g.num_nodes,) + (1,) * (op.ndim - 1), whole.dtype)
+    divisor[:g.num_dst, ...] = np.maximum(g.graph_sizes, 1).reshape((-1,) + divisor.shape[1:])
+    # In the readout's dtype: Constant would round a float64 array to float32.
+    return DegreeDivide(whole, Constant(divisor, dtype=whole.dtype))
 
 
 def node_keyed(op, view):

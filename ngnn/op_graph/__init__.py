@@ -11,4 +11,5 @@ from .linalg import Dot
 from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
 from .training_ops import Dropout, OneHot, Assign, seed_dropout
 from .sparse import SparseDot, SparseDropout, SparseTransposedDot
-from .communication import Communication, MirrorReduce, MasterBroadcast, AllReduce
+from .communication import (Communication, MirrorReduce, MasterBroadcast, AllReduce,
+                            ReadoutAllReduce)

@@ -11,6 +11,9 @@ each with the rank it runs on and the peers it talks to printed in the IR:
 * `MasterBroadcast`: a tensor with a row per master becomes one with a row per local
   vertex: each mirror gets its master's row (what a gather reads).
 * `AllReduce`: every rank gets the sum over ranks (weight gradients).
+* `ReadoutAllReduce`: a readout's per-graph partials (each rank's vertices of every graph
+  reduced) combined over the ranks in rank order, on every rank (graph classification
+  over ranks: ngnn.distributed.graphs).
 
 Summing over ranks, the adjoint of a mirror-to-master sum is the master-to-mirror
 broadcast and the other way round; all-reduce is its own adjoint. The ops are stateful so
@@ -108,3 +111,50 @@ class AllReduce(Communication):
 
     def adjoints(self, delta):
         return [AllReduce(delta, self.exchange)]
+
+
+class ReadoutAllReduce(Communication):
+    """x: a rank's partial readout, an aggregation at the graphs of its readout graph
+    `graph` (ngnn.distributed.graphs.RankReadoutGraph: the rank's masters -> their graphs),
+    whose first num_graphs rows are per graph. out: those rows combined over every rank in
+    rank order (sum; max or min over the ranks that hold vertices of the graph, 0 for a
+    graph without vertices), the same on every rank; the rows past the graphs stay x's.
+
+    Every rank's loss reads the whole readout, so the adjoint of the sum is the sum of the
+    ranks' gradients. For max and min the gradient goes to the vertices that reach the
+    extreme, ties sharing it equally over all ranks as in one process: the rank's partial,
+    where it is the whole value, gets the summed gradient times its share of the ties
+    (the aggregation's own adjoint then splits it among the rank's tied vertices)."""
+    attributes = (Attr("graph"), Attr("reduce"))
+
+    def __init__(self, x, graph, reduce="sum", name=None):
+        if reduce not in ("sum", "max", "min"):
+            raise ValueError(f"readout_all_reduce: reduce must be sum, max or min, got "
+                             f"{reduce!r}")
+        (x,) = as_ops(x)
+        if x.shape[:1] != (graph.num_nodes,):
+            raise ValueError(f"readout_all_reduce: expected a partial readout of "
+                             f"{graph.num_nodes} rows, got shape {x.shape}")
+        self.graph, self.reduce = graph, reduce
+        super().__init__(x, name=name)
+
+    def attrs(self):
+        return {"graph": self.graph, "reduce": self.reduce,
+                **self.graph.exchange.describe("allreduce")}
+
+    def adjoints(self, delta):
+        total = ReadoutAllReduce(delta, self.graph, "sum")
+        if self.reduce == "sum":
+            return [total]
+        from .elementwise import Equal, Maximum
+        from .graph_ops import Aggregate, Gather
+        partial = self.args[0]
+        if not (isinstance(partial, Aggregate) and partial.graph is self.graph):
+            raise ValueError(f"readout_all_reduce {self.reduce} has a gradient over a "
+                             "partial readout (an aggregation over its graph) only")
+        g = partial.graph
+        won = Equal(partial, self)
+        local_ties = Aggregate(Equal(partial.args[0], Gather(partial, g, by="dst")), g,
+                               at="dst", reduce="sum")
+        ties = ReadoutAllReduce(local_ties * won, g, "sum")
+        return [total * won * local_ties / Maximum(ties, 1.0)]

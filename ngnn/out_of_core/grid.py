@@ -50,15 +50,22 @@ class ChunkSlot(GraphSlot):
 
 class RowBlock(GraphSlot):
     """What a vertex stage computation is compiled over: `rows` rows and no edges, with
-    `global_node_ids` the whole-graph ids of the rows shown (dropout keys)."""
+    `global_node_ids` the whole-graph ids of the rows shown (dropout keys), and for each
+    readout graph R of `readouts` the block's share of it, `readouts[R]`: a slot whose
+    edge i joins the block's row i to its graph, the graph rows all of R's."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, readouts=()):
         super().__init__(rows, 0)
         self.global_node_ids = np.zeros(rows, np.int64)
+        self.readouts = {r: GraphSlot(max(rows, r.num_dst), rows, r.num_dst)
+                         for r in readouts}
 
     def show(self, start, stop):
         self.version += 1
         self.global_node_ids = np.arange(start, stop, dtype=np.int64)
+        for whole, block in self.readouts.items():
+            block.load(Graph(np.arange(stop - start, dtype=np.int64), whole.dst[start:stop],
+                             block.num_nodes, block.num_dst))
 
 
 class Piece:
@@ -124,7 +131,7 @@ class ChunkGrid:
             runs = [(divmod(int(c), parts)[::-1], order[starts[c]:starts[c + 1]])
                     for c in np.flatnonzero(counts)]
         self.pieces = [self._piece(chunk, eids) for chunk, run in runs
-                       for eids in np.array_split(run, -(-run.shape[0] // capacity))
+                       for eids in np.array_split(run, max(-(-run.shape[0] // capacity), 1))
                        if eids.shape[0]]
         self.edge_capacity = max((p.num_edges for p in self.pieces), default=1)
         self.loaded_rows = sum(p.rows.shape[0] for p in self.pieces)

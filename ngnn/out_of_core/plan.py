@@ -21,9 +21,20 @@ to rows, transposes of node matrices and dropouts of sparse features are views: 
 each stage that reads them. So are edge values: computed from node values (gathered per
 piece) and small ones, they are recomputed in each edge stage that reads them, which costs
 less than storing a row per edge on the host and streaming it back (GAT's attention).
+
+A readout (ng.readout) aggregates over its batch's readout graph R, a second graph whose
+edge i joins vertex i to its graph. R's edges and source rows are the vertices' own rows,
+so its graph ops are row-local: a gather by source and an aggregation at the source are
+the rows themselves (views), a gather by destination reads a per-graph value per row (a
+vertex-stage op), and an aggregation at the destination is a per-graph reduction of the
+rows, one partial per row block, combined on the host in block order. Values on R's
+destination side are per-graph (space "g"): they have R's N rows in the op-graph, but only
+the first num_graphs mean anything (the rest are the rows past the graphs, which no
+readout reads), so stages hold them as (num_graphs, ...) small values.
 """
 import numpy as np
 
+from ngnn.graph import Graph
 from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Concat, Constant,
                            Divide, Dot, EdgeSoftmax, ElementWise, Exp, Gather, GraphOp, Leaf,
                            Mean, Multiply, OneHot, Reduction, Reshape, Slice,
@@ -32,20 +43,44 @@ from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Concat, 
                            ordered_ops)
 
 ROWS = ("n", "e")
+GRAPH_ROWS = "g"
 
 
 class ChunkingError(ValueError):
     """A computation cannot run chunked (memory_budget); the message names the op."""
 
 
-def chunked_graph(ops):
-    """The one graph the graph ops run over."""
+def chunked_graphs(ops):
+    """(the one graph the message-passing graph ops run over, the readout graphs): a
+    computation with readouts alone chunks the rows of a graph without edges."""
+    from ngnn.batch import ReadoutGraph
     graphs = list(dict.fromkeys(op.graph for op in ops if isinstance(op, GraphOp)))
-    if len(graphs) != 1:
-        what = "no graph op" if not graphs else f"graph ops over {len(graphs)} graphs"
+    for g in graphs:
+        if g.varies:
+            raise ChunkingError(f"memory_budget: {g!r} is a slot whose edges change between "
+                                "calls (a minibatch or a GraphLoader's), and chunked "
+                                "execution cuts the chunks of a graph once; chunk a fixed "
+                                "graph or a Graph.batch([...])")
+    readouts = [g for g in graphs if isinstance(g, ReadoutGraph)]
+    others = [g for g in graphs if not isinstance(g, ReadoutGraph)]
+    if len(others) > 1 or not graphs:
+        what = "no graph op" if not graphs else f"graph ops over {len(others)} graphs"
         raise ChunkingError(f"memory_budget: chunked execution needs the graph ops of one "
-                            f"graph, and this computation has {what}")
-    return graphs[0]
+                            f"graph (and its batch's readouts), and this computation has "
+                            f"{what}")
+    graph = others[0] if others else Graph(np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                           readouts[0].num_edges)
+    for r in readouts:
+        if r.num_edges != graph.num_nodes:
+            raise ChunkingError(f"memory_budget: a readout over {r.num_edges} vertices in a "
+                                f"computation whose graph has {graph.num_nodes}: the readout "
+                                "must pool the rows of the graph it runs with")
+        if r.num_nodes != graph.num_nodes:
+            raise ChunkingError(f"memory_budget: a readout of {r.num_dst} graphs over "
+                                f"{graph.num_nodes} vertices (more graphs than vertices: "
+                                "some graphs are empty) cannot run chunked; batch graphs "
+                                "with vertices")
+    return graph, readouts
 
 
 def rewrite_for_chunks(results):
@@ -71,8 +106,15 @@ class Plan:
     """Spaces, stages and the values stages exchange, for the ops `results` need over
     `graph`."""
 
-    def __init__(self, results, graph):
+    def __init__(self, results, graph, readouts=()):
         self.graph = graph
+        self.readouts = set(readouts)
+        # The graphs of the batch (one count: a computation reads out one batch).
+        self.num_graphs = max((r.num_dst for r in readouts), default=0)
+        if len({r.num_dst for r in readouts}) > 1:
+            raise ChunkingError(f"memory_budget: readouts of batches of "
+                                f"{sorted({r.num_dst for r in readouts})} graphs in one "
+                                "computation; chunked execution reads out one batch")
         self.results = results
         self.result_set = set(results)
         self.ops = ordered_ops(results)
@@ -81,8 +123,12 @@ class Plan:
             for a in op.args:
                 self.users[a].append(op)
         self.space, self.kind, self.partial = {}, {}, set()
+        self.made_graph_rows = set()      # values given space "g" by the op reading them
+        self.read_as_graph_rows = self._read_as_graph_rows()
         for op in self.ops:
             self.space[op] = self._space(op)
+        self._check_graph_rows()
+        for op in self.ops:
             self.kind[op] = self._kind(op)
         self.level = self._levels()
         self.stages = self._stages()
@@ -93,18 +139,26 @@ class Plan:
         if isinstance(op, Communication):
             raise ChunkingError(f"memory_budget: {op} is communication between ranks; "
                                 "distributed computations are not chunked")
+        if op in self.read_as_graph_rows and (isinstance(op, Constant) or
+                                              isinstance(op, Unslice) and
+                                              self.space[op.args[0]] is None):
+            return self._make_graph_rows(op, op)
         if isinstance(op, Leaf):
             if isinstance(op, Variable) or not op.shape:
                 return None
             if op.shape[0] == n:
                 return "n"
             return "e" if op.shape[0] == e else None
+        if isinstance(op, GraphOp) and op.graph in self.readouts:
+            return self._readout_space(op)
         if isinstance(op, Gather):
             return "e"
         if isinstance(op, Aggregate):
             self.partial.add(op)
             return "n"
         args = [self.space[a] for a in op.args]
+        if GRAPH_ROWS in args:
+            return self._graph_rows_space(op, args)
         rows = [s for s in args if s is not None]
         if not rows:
             if isinstance(op, Broadcast) and op.shape and op.shape[0] in (n, e):
@@ -157,6 +211,105 @@ class Plan:
             return space if space in ROWS else "bcast"
         return self._refuse(op, "is not an op this chunking splits")
 
+    def _readout_space(self, op):
+        """Spaces of the graph ops over a readout graph R (module doc): R's edges and
+        source rows are the vertex rows ("n"), its destination rows the graphs ("g")."""
+        (x,) = op.args
+        space = self.space[x]
+        if isinstance(op, Gather) and op.by == "dst":
+            if space in (None, "n") and x.shape[0] == self.graph.num_nodes != self.num_graphs:
+                space = self._make_graph_rows(x, op)
+            if space not in (None, GRAPH_ROWS):
+                return self._refuse(op, f"gathers per-graph rows from a value of space {space}")
+            return "n"
+        if space != "n":
+            return self._refuse(op, f"reads a value of space {space} where the readout "
+                                    "needs a row per vertex")
+        if isinstance(op, Gather):
+            return "n"                    # by="src": row i is vertex i's row
+        if isinstance(op, Aggregate) and x.dtype.kind == "f":
+            if op.at == "src":
+                return "n"                # each vertex has one edge, to its graph
+            if op.reduce in ("sum", "max", "min"):
+                self.partial.add(op)
+                return GRAPH_ROWS
+        return self._refuse(op, "is not a readout op this chunking splits")
+
+    def _graph_rows_space(self, op, args):
+        """The space of an op reading a per-graph value ("g"): row-wise ops keep it (or give
+        a small value when they cut the graphs' rows); what reads the rows past the graphs,
+        or mixes them with vertex or edge rows, is refused."""
+        n = self.graph.num_nodes
+        for a, s in zip(op.args, args):
+            if s in ("n", "bcast", None) and a.ndim == op.ndim and a.shape[0] == n != 1 and \
+                    op.shape[0] == n:
+                self._make_graph_rows(a, op)
+        mixed = sorted({self.space[a] for a in op.args} - {None, GRAPH_ROWS})
+        if mixed:
+            return self._refuse(op, f"mixes per-graph values (a readout's) with values of "
+                                    f"spaces {mixed}")
+        if isinstance(op, Slice):
+            rows = op.key[0]
+            if isinstance(rows, slice) and rows.start == 0 and rows.step == 1 and \
+                    rows.stop <= self.num_graphs:
+                return GRAPH_ROWS if op.shape[0] == n else None
+            return self._refuse(op, "slices per-graph rows past the graphs' rows")
+        row_wise = isinstance(op, (ElementWise, OneHot)) or \
+            isinstance(op, Reduction) and 0 not in op.axes or \
+            isinstance(op, (Softmax, Concat)) and op.axis != 0 or \
+            isinstance(op, Transpose) and op.axes[0] == 0 or \
+            isinstance(op, Reshape) and op.shape[:1] == op.args[0].shape[:1] or \
+            isinstance(op, Dot) and args[1] is None and op.args[0].ndim == 2
+        if not row_wise:
+            return self._refuse(op, "reads the rows of per-graph values (a readout's) "
+                                    "past the graphs' rows")
+        return GRAPH_ROWS if op.shape and op.shape[0] == n else None
+
+    def _read_as_graph_rows(self):
+        """The values of the vertex count of rows that a gather by destination over a
+        readout graph reads as per-graph rows, directly or through element-wise ops (the
+        gradient of a mean readout: the output's gradient, unsliced, times 1 / |graph|)."""
+        n, wanted = self.graph.num_nodes, set()
+        if n == self.num_graphs:
+            return wanted
+        for op in reversed(self.ops):
+            if self.is_readout_op(op) and isinstance(op, Gather) and op.by == "dst" or \
+                    op in wanted and isinstance(op, ElementWise):
+                wanted.update(a for a in op.args if a.ndim and a.shape[0] == n)
+        return wanted
+
+    def _make_graph_rows(self, a, reader):
+        """Gives space "g" to `a`, a value of the vertex count of rows read as per-graph
+        rows: a constant (a mean readout's 1 / |graph|), or a small value written into the
+        first rows (the gradient of a readout's row cut), whose rows past the graphs no
+        readout reads. Anything else is refused."""
+        rows = a.key[0] if isinstance(a, Unslice) else None
+        if isinstance(a, Constant) or rows is not None and self.space[a.args[0]] is None and \
+                rows.start == 0 and rows.step == 1 and rows.stop <= self.num_graphs:
+            self.space[a] = GRAPH_ROWS
+            self.made_graph_rows.add(a)
+            return GRAPH_ROWS
+        return self._refuse(reader, f"reads {a} as per-graph rows, but it has a row per "
+                                    "vertex")
+
+    def _check_graph_rows(self):
+        for a in self.made_graph_rows:
+            for u in self.users[a]:
+                if self.space[u] not in (GRAPH_ROWS, None) and \
+                        not (isinstance(u, Gather) and u.graph in self.readouts):
+                    self._refuse(u, f"reads {a} as a row per vertex, where a readout reads "
+                                    "it as per-graph rows")
+
+    def stage_shape(self, op):
+        """`op`'s shape in the stages and on the host: per-graph values have one row per
+        graph."""
+        if self.space[op] == GRAPH_ROWS:
+            return (self.num_graphs,) + op.shape[1:]
+        return op.shape
+
+    def is_readout_op(self, op):
+        return isinstance(op, GraphOp) and op.graph in self.readouts
+
     def _refuse(self, op, why):
         raise ChunkingError(f"memory_budget: cannot run {op} ({op.op_name}, built at "
                             f"{op.origin and ':'.join(map(str, op.origin))}) chunk by chunk: "
@@ -169,6 +322,12 @@ class Plan:
         if isinstance(op, Assign):
             return "assign"
         space = self.space[op]
+        if self.is_readout_op(op):
+            # A gather by source or an aggregation at the source is the rows themselves.
+            if isinstance(op, Gather) and op.by == "src" or \
+                    isinstance(op, Aggregate) and op.at == "src":
+                return "view"
+            return "vertex"
         if space == "bcast" or space in ("nT", "eT") or isinstance(op, SparseDropout):
             return "view"
         if space == "e" and op not in self.result_set and \

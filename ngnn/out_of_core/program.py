@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ngnn.op_graph import (Aggregate, Constant, GraphOp, Max, Min, Placeholder, SparseDropout,
-                           ordered_ops)
+from ngnn.op_graph import (Aggregate, Constant, Gather, GraphOp, Max, Min, Placeholder,
+                           SparseDropout, ordered_ops)
 from ngnn.origin import built_for
 
 from .grid import ChunkGrid, ChunkSlot, RowBlock
-from .plan import ROWS, ChunkingError, Plan, chunked_graph, rewrite_for_chunks
+from .plan import GRAPH_ROWS, ROWS, ChunkingError, Plan, chunked_graphs, rewrite_for_chunks
 
 # Device bytes per edge and per row a piece's index arrays take (int32 src, dst, both CSR
 # edge orders, the ids keying dropout; both CSR row pointers and row ids).
@@ -70,16 +70,22 @@ class Sizes:
             self.vertex_rows, self.edge_capacity = max(-(-n // self.parts), 1), None
             return
         persistent = sum(v.nbytes for v in variables)
-        # Stages hold memory one at a time: the most small values one of them holds.
-        small = max([sum(op.nbytes for op in s.inputs + s.ops + s.views
-                         if plan.space[op] is None) for s in plan.stages], default=0)
+        # Stages hold memory one at a time: the most small values one of them holds
+        # (per-graph values count a row per graph).
+        small = max([sum(op.nbytes if plan.space[op] is None else
+                         plan.num_graphs * row_bytes(op)
+                         for op in s.inputs + s.ops + s.views
+                         if plan.space[op] in (None, GRAPH_ROWS)) for s in plan.stages],
+                    default=0)
 
         def stage_row_bytes(kind, space):
             return max([sum(row_bytes(op) for op in s.inputs + s.ops + s.views
                             if plan.space[op] == space)
                         for s in plan.stages if s.kind == kind], default=0)
 
-        vertex_row = stage_row_bytes("vertex", "n")
+        # A vertex block's readout graphs: an edge and a row per row of the block.
+        vertex_row = stage_row_bytes("vertex", "n") + len(plan.readouts) * (
+            INDEX_BYTES_PER_EDGE + INDEX_BYTES_PER_ROW)
         self.node_row = node_row = stage_row_bytes("edge", "n") + INDEX_BYTES_PER_ROW
         self.edge_row = edge_row = stage_row_bytes("edge", "e") + INDEX_BYTES_PER_EDGE
         self.room = room = budget - persistent - small
@@ -126,12 +132,16 @@ class ChunkedProgram:
         with built_for(None):
             results = rewrite_for_chunks(computation.results)
         self.results = results
-        graph = chunked_graph(ordered_ops(results))
-        self.plan = plan = Plan(results, graph)
+        graph, readouts = chunked_graphs(ordered_ops(results))
+        self.plan = plan = Plan(results, graph, readouts)
         for r in results:
             if plan.kind[r] in ("leaf", "view"):
                 raise ChunkingError(f"memory_budget: the result {r} is not computed by the "
                                     "computation (a leaf or a view); return a computed value")
+            if plan.space[r] == GRAPH_ROWS:
+                raise ChunkingError(f"memory_budget: the result {r} has a row per vertex but "
+                                    f"holds per-graph rows (a readout before its row cut); "
+                                    f"return its first {plan.num_graphs} rows")
         self.sizes = sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
         capacity = sizes.edge_capacity
         while True:
@@ -147,8 +157,12 @@ class ChunkedProgram:
         self.slot = ChunkSlot(*self.grid.capacities())
         self.budget = budget
         self.parameters = {p: i for i, p in enumerate(computation.parameters)}
+        # One RowBlock per block size, shared by the vertex stages: their index arrays (the
+        # blocks' readout graphs) are held on the device once, not per stage.
+        self.row_blocks = {}
         self.runners = [StageRunner(self, k, stage) for k, stage in enumerate(plan.stages)]
-        self.graphs = [self.slot] + [h for r in self.runners for h in r.holders.values()]
+        self.graphs = [self.slot] + [g for h in self.row_blocks.values()
+                                     for g in [h, *h.readouts.values()]]
         transformer.drop_graphs(self.graphs)
         # The host drops a value after the last stage that reads it.
         last_read = {a: k for k, stage in enumerate(plan.stages) for a in stage.inputs}
@@ -217,7 +231,8 @@ class StageRunner:
             n, rows = plan.graph.num_nodes, program.sizes.vertex_rows
             self.blocks = [(s, min(s + rows, n)) for s in range(0, n, rows)]
             sizes = sorted({stop - start for start, stop in self.blocks}, reverse=True)
-            self.holders = {r: RowBlock(r) for r in sizes}
+            self.holders = {r: program.row_blocks.setdefault(r, RowBlock(r, plan.readouts))
+                            for r in sizes}
             self.computations = {r: self._compile(t, f"{name}_{r}", {"n": r},
                                                   self.holders[r]) for r in sizes}
         elif stage.kind == "edge":
@@ -234,7 +249,7 @@ class StageRunner:
         mapping, params = {}, []
         for k, a in enumerate(stage.inputs):
             space = plan.space[a]
-            shape = (rows[space],) + a.shape[1:] if space in ROWS else a.shape
+            shape = (rows[space],) + a.shape[1:] if space in ROWS else plan.stage_shape(a)
             p = Placeholder(shape, a.dtype, name=f"in{k}", sparse=a.is_sparse)
             mapping[a] = p
             params.append(p)
@@ -260,7 +275,7 @@ class StageRunner:
             space = plan.space[o]
             if isinstance(o, Aggregate):
                 fill = {"sum": 0, "max": -np.inf, "min": np.inf}[o.reduce]
-                host[o] = np.full(o.shape, fill, o.dtype)
+                host[o] = np.full(plan.stage_shape(o), fill, o.dtype)
             elif o in plan.partial:
                 fill = -np.inf if isinstance(o, Max) else np.inf if isinstance(o, Min) else 0
                 host[o] = np.full(o.shape, fill, o.dtype)
@@ -309,6 +324,8 @@ class StageRunner:
             space = plan.space[a]
             if space is None:
                 part = whole
+            elif space == GRAPH_ROWS:
+                part = whole[:plan.num_graphs]     # a constant's rows past the graphs: unread
             elif self.stage.kind == "vertex":
                 part = read_rows(whole, *item)
                 if isinstance(whole, np.memmap) and program.transformer.check_finite and \
@@ -336,7 +353,9 @@ class StageRunner:
         plan, host = self.program.plan, self.program.host
         for o, val in zip(self.stage.outputs, outs):
             space = plan.space[o]
-            if isinstance(o, Aggregate):
+            if plan.is_readout_op(o):
+                combine_readout(host[o], o, o.graph.dst[item[0]:item[1]], val)
+            elif isinstance(o, Aggregate):
                 combine_aggregate(host[o], o, item, val)
             elif o in plan.partial:
                 if isinstance(o, Max):
@@ -371,6 +390,20 @@ def combine_aggregate(acc, op, piece, partial):
     acc[rows] = pick(acc[rows], part)
 
 
+def combine_readout(acc, op, graph_ids, partial):
+    """Folds a row block's partial readout (aggregation over a readout graph at the
+    graphs), `graph_ids` the graphs of the block's rows, into the whole one. A sum adds
+    every graph's partial (0 where the block has none of its rows); a max or min combines
+    only the graphs with rows in the block. Blocks come in row order, so the sum is
+    always added in the same order."""
+    if op.reduce == "sum":
+        acc += partial
+        return
+    active = np.bincount(graph_ids, minlength=acc.shape[0]) > 0
+    pick = np.maximum if op.reduce == "max" else np.minimum
+    acc[active] = pick(acc[active], partial[active])
+
+
 def padded_sparse(matrix, rows, num_rows):
     import scipy.sparse
     picked = matrix[rows]
@@ -384,6 +417,8 @@ def clone(op, args, plan, rows, holder):
     slice keys) take the block's, a graph op runs over the stage's ChunkSlot and a dropout
     keys its rows by the ids the holder shows."""
     space = plan.space[op]
+    if plan.is_readout_op(op):
+        return readout_clone(op, args, holder)
     if space == "bcast":
         space = "n" if op.shape[0] == plan.graph.num_nodes else "e"
     new_rows = rows.get(space) if space in ROWS else None
@@ -399,7 +434,24 @@ def clone(op, args, plan, rows, holder):
             value = (holder, "global_node_ids" if space == "n" else "global_edge_ids")
         elif new_rows is not None and attr.batching == "shape":
             value = (new_rows,) + tuple(value[1:])
+        elif space == GRAPH_ROWS and attr.batching == "shape":
+            value = plan.stage_shape(op)     # row keys stay: they cut within the graphs
         elif new_rows is not None and attr.batching == "index":
             value = (slice(0, new_rows, 1),) + tuple(value[1:])
         values[attr.keyword] = value
     return type(op)(*args, **values, name=op.name)
+
+
+def readout_clone(op, args, holder):
+    """A graph op over a readout graph R, in a vertex stage over row block `holder`: a
+    gather by source and an aggregation at the source are the rows themselves (each row is
+    one edge of R); a gather by destination and an aggregation at the destination run
+    over the block's share of R, the latter cut to the graphs' rows."""
+    (x,) = args
+    if isinstance(op, Gather) and op.by == "src" or isinstance(op, Aggregate) and op.at == "src":
+        return x
+    block = holder.readouts[op.graph]
+    if isinstance(op, Gather):
+        return Gather(x, block, by="dst", name=op.name)
+    pooled = Aggregate(x, block, at="dst", reduce=op.reduce, name=op.name)
+    return pooled if block.num_nodes == block.num_dst else pooled[:block.num_dst]

@@ -15,8 +15,8 @@ from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.naming import Namer, sanitize
 from ngnn import philox
 from ngnn.op_graph import (Aggregate, Communication, Concat, Dot, EdgeSoftmax, LogSoftmax,
-                           MasterBroadcast, Max, Mean, Min, MirrorReduce, Op, Reduction, Softmax,
-                           SparseDot, SparseTransposedDot, Unslice)
+                           MasterBroadcast, Max, Mean, Min, MirrorReduce, Op, ReadoutAllReduce,
+                           Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
 from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph.sparse import sparse_source
 from ngnn.passes import KernelGroup
@@ -220,6 +220,8 @@ class HostStep:
                 op.graph.reduce_to_masters(value, op.reduce, op.at, out=result)
             elif isinstance(op, MasterBroadcast):
                 op.graph.broadcast_to_mirrors(value, out=result)
+            elif isinstance(op, ReadoutAllReduce):
+                op.graph.combine_ranks(value, op.reduce, out=result)
             else:
                 op.exchange.allreduce(value, out=result)
             out.set(result)

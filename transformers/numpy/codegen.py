@@ -7,8 +7,8 @@ import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.op_graph import (AllReduce, Aggregate, Concat, Constant, Dropout, EdgeSoftmax, Gather, LogSoftmax,
-                           MasterBroadcast, MirrorReduce, Op, OneHot, Softmax, SparseDot,
-                           SparseDropout, SparseTransposedDot)
+                           MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce, Softmax,
+                           SparseDot, SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
 
 generate_op = on_type
@@ -98,6 +98,11 @@ class NumPyCodeGenerator(TypeDispatched):
     @generate_op.on_type(AllReduce)
     def generate_op(self, op, out, args):
         return [f"{self.refs('exchange', op.exchange)}.allreduce({args[0]}, out={out})"]
+
+    @generate_op.on_type(ReadoutAllReduce)
+    def generate_op(self, op, out, args):
+        g = self.refs("graph", op.graph)
+        return [f"{g}.combine_ranks({args[0]}, {op.reduce!r}, out={out})"]
 
     @generate_op.on_type(OneHot)
     def generate_op(self, op, out, args):

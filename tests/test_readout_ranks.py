@@ -1,0 +1,97 @@
+"""Readouts and graph classification over MPI ranks (docs/distributed.md, "Batches of
+graphs over ranks"): a batch of graphs partitioned by vertex, every graph spanning ranks,
+reads out and trains as one process does (float64, 1e-12)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ngnn as ng
+from ngnn import datasets, distributed as dist, nn, optim
+from ngnn.distributed.launch import find_mpiexec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVER = os.path.join(HERE, "graph_ranks_driver.py")
+TOLERANCE = 1e-12
+
+
+def driver(ranks, *args):
+    mpiexec = find_mpiexec()
+    assert mpiexec, "mpiexec not found: install the mpi extra (pip install -e '.[mpi]')"
+    done = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, DRIVER, *args],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("ranks,backend", [(2, "numpy"), (3, "numpy"), (2, "gpu")])
+def test_readouts_and_gradients_over_ranks_equal_one_process(ranks, backend):
+    """Sum, mean and max readouts (ReLU before max: ties within and across ranks), the
+    gradient of a loss through them to the vertices and the weights, on every rank."""
+    report = driver(ranks, "ops", backend)
+    assert report["graphs spanning ranks"] >= 5
+    for reduce in ("sum", "mean", "max"):
+        assert report[reduce] < TOLERANCE, (reduce, report)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_graph_classification_steps_over_ranks_equal_one_process(ranks):
+    """GIN-0 with and without batch norm and the mean-readout GCN, dropout on: the
+    weights and running statistics after two steps, the losses and the evaluation logits
+    equal one process's."""
+    report = driver(ranks, "train", "numpy")
+    assert report.pop("graphs spanning ranks") == 40
+    assert set(report) == {"gin", "gin_bn", "gcn_mean"}
+    for name, result in report.items():
+        for what, difference in result.items():
+            assert difference < TOLERANCE, (name, what, difference)
+
+
+def test_float32_steps_over_ranks_with_wide_accumulation():
+    """In float32 with wide accumulation (as `ngnn train` runs), the readouts' partial
+    sums are combined over the ranks in float64 and rounded once, so GIN-0 and the GCN
+    train to the same weights and logits as one process, bit for bit; batch norm's
+    statistics' gradients are combined as rounded per-rank partials (float32 rounding)."""
+    report = driver(2, "train", "numpy", "float32")
+    for name in ("gin", "gcn_mean"):
+        assert report[name]["variables"] == 0 and report[name]["logits"] == 0, report
+        assert report[name]["loss"] < 1e-6, report         # each rank's share rounded
+    assert max(report["gin_bn"].values()) < 1e-5, report
+
+
+def mutag_batch(count=12):
+    data = datasets.load("mutag")
+    gb, x = data.batch(np.arange(count))
+    return data, gb, x.astype(np.float64), data.labels[:count]
+
+
+def test_bad_input_over_ranks_is_named():
+    data, gb, x, labels = mutag_batch()
+    part = dist.partition(gb, 1, "cvc").part(0)
+    exchange = dist.Exchange(dist.world(), part)
+    with pytest.raises(TypeError, match="RankBatch: expected a batch of graphs"):
+        dist.RankBatch(ng.Graph(gb.src, gb.dst, gb.num_nodes), part, exchange)
+    other, _ = data.batch(np.arange(1, 13))
+    with pytest.raises(ValueError, match="partition was made from another graph"):
+        dist.RankBatch(other, part, exchange)
+    model = nn.GINGraph(data.num_features, 4, data.num_classes, num_layers=2,
+                        dtype=np.float64, batch_norm=False)
+    with pytest.raises(ValueError, match="expected 12 labels .* got shape \\(11,\\)"):
+        dist.DistributedGraphTrainer(model, gb, x, labels[:11], part,
+                                     optim.Adam(model.parameters()))
+    rank_batch = dist.RankBatch(gb, part, exchange)
+    r = rank_batch.readout_graph
+    h = ng.placeholder((rank_batch.num_nodes, 2), dtype=np.float64)
+    attention = ng.op_graph.EdgeSoftmax(ng.gather(h, r, by="src"), r)
+    with pytest.raises(ValueError, match="edge softmax over a readout graph .* not built"):
+        dist.insert_communication([attention], rank_batch.graph)
+    # Chunked execution does not split distributed computations.
+    from ngnn import transformers as ngt
+    from ngnn.out_of_core import ChunkingError
+    pooled = ng.readout(h, rank_batch, "sum")
+    dist.insert_communication([pooled], rank_batch.graph)
+    with pytest.raises(ChunkingError, match="communication between ranks"):
+        ngt.make_transformer("numpy", chunks=2).computation(pooled, h).transform()
