@@ -12,3 +12,5 @@ from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
 from .training_ops import Dropout, OneHot, Assign, seed_dropout
 from .sparse import SparseDot, SparseDropout, SparseTransposedDot
 from .communication import Communication, MirrorReduce, MasterBroadcast, AllReduce
+from .normalization import (BatchNormStats, BatchNormStatsGrad, BatchNormApply,
+                            BatchNormApplyGrad, BatchNormApplySums)

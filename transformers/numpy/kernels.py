@@ -282,6 +282,88 @@ def one_hot(labels, out):
 
 
 
+# ---- batch normalization over the live rows (ngnn/op_graph/normalization.py) -------------
+# Each writes its result's live rows and zeroes the rest. Column sums are products with a
+# vector of ones (BLAS gemv: a third of the time of np.add.reduce down the rows, and as
+# deterministic); the centred rows live in a scratch array kept between calls.
+
+def live_rows(live, rows):
+    """How many leading rows are real: all `rows` without `live`, else live[0]."""
+    return rows if live is None else min(max(int(live[0]), 0), rows)
+
+
+def column_sums(rows, out):
+    return np.matmul(_ones(rows.shape[0], rows.dtype)[:rows.shape[0]], rows, out=out)
+
+
+def _scratch(shape, dtype):
+    """An uninitialized array of `shape`, a view of one kept buffer that only grows: a
+    kernel's temporary, valid until the next kernel asks for one (a new array of this size
+    per call would be mapped and faulted in by the allocator every time)."""
+    dtype = np.dtype(dtype)
+    size = math.prod(shape)
+    scratch = _SCRATCH.get(dtype)
+    if scratch is None or scratch.size < size:
+        scratch = _SCRATCH[dtype] = np.empty(max(size, 1 << 16), dtype)
+    return scratch[:size].reshape(shape)
+
+
+_SCRATCH = {}
+
+
+def _centred(x, mean):
+    return np.subtract(x, mean, out=_scratch(x.shape, x.dtype))
+
+
+def batch_norm_stats(x, live, out):
+    """out[0] the mean, out[1] the biased variance of each column over the live rows."""
+    n = live_rows(live, x.shape[0])
+    mean, var = out
+    column_sums(x[:n], mean)
+    mean /= max(n, 1)
+    centred = _centred(x[:n], mean)
+    np.einsum("ij,ij->j", centred, centred, out=var)
+    var /= max(n, 1)
+    return out
+
+
+def batch_norm_apply(x, stats, weight, bias, live, eps, out):
+    """(x - mean) / sqrt(var + eps) * weight + bias, as x * scale + shift."""
+    n = live_rows(live, x.shape[0])
+    scale = weight / np.sqrt(stats[1] + eps)
+    np.multiply(x[:n], scale, out=out[:n])
+    out[:n] += bias - stats[0] * scale
+    out[n:] = 0
+    return out
+
+
+def batch_norm_apply_grad(delta, stats, weight, live, eps, out):
+    n = live_rows(live, delta.shape[0])
+    np.multiply(delta[:n], weight / np.sqrt(stats[1] + eps), out=out[:n])
+    out[n:] = 0
+    return out
+
+
+def batch_norm_apply_sums(delta, x, stats, live, out):
+    """out[0] = sum of delta * (x - mean), out[1] = sum of delta, over the live rows."""
+    n = live_rows(live, x.shape[0])
+    column_sums(delta[:n], out[1])
+    np.einsum("ij,ij->j", delta[:n], _centred(x[:n], stats[0]), out=out[0])
+    return out
+
+
+def batch_norm_stats_grad(delta, x, stats, live, out):
+    """(delta[0] + 2 delta[1] (x - mean)) / n on the n live rows."""
+    n = live_rows(live, x.shape[0])
+    inverse = 1.0 / max(n, 1)
+    np.subtract(x[:n], stats[0], out=out[:n])
+    out[:n] *= delta[1] * (2.0 * inverse)
+    out[:n] += delta[0] * inverse
+    out[n:] = 0
+    return out
+
+
+
 
 # ---- fused groups: one block of vertices (a CSR slice) at a time ---------------------------
 
