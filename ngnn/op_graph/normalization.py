@@ -11,7 +11,9 @@ These ops take two to four passes each way:
 `live`, optional, is a (1,) tensor holding at run time how many leading rows of `x` are
 real (a GraphLoader slot's batch: its padding rows come last). Statistics are taken over
 those rows only; the other rows of every result are 0, and no gradient reaches them.
-Without `live` every row is real.
+Without `live` every row is real. Ops whose rows past `live` are 0 say so
+(`zero_past_live`): ngnn.passes.ZeroRowProducts then leaves those rows out of the matrix
+products that read them.
 
 The gradient is the textbook one split at the statistics, so each op stays correct
 wherever its arguments come from: BatchNormApply's adjoints are the direct term
@@ -61,7 +63,7 @@ def _check_stats(name, x, stats):
                          f"variance per feature), got {stats.shape}")
 
 
-class LiveRows:
+class LiveMask:
     """What the decompositions share: the number of live rows and their 0/1 mask."""
 
     def __init__(self, x, live):
@@ -86,9 +88,23 @@ class LiveRows:
         return t * Greater(Reshape(Cast(self.live, self.dtype), (1, 1)), index)
 
 
-class BatchNormStats(Op):
+class LiveRowsOp(Op):
+    """An op over the live rows of its tensors: `fixed_args` tensor arguments, then, when
+    given, the live-row count (`live`, None without it). `zero_past_live`: the result's
+    rows past the live ones are 0 (ngnn.passes.ZeroRowProducts relies on it)."""
+    fixed_args = None
+    zero_past_live = False
+
+    @property
+    def live(self):
+        args = self.args
+        return args[self.fixed_args] if len(args) > self.fixed_args else None
+
+
+class BatchNormStats(LiveRowsOp):
     """(2, F): row 0 the mean, row 1 the biased variance of each feature of `x` (rows, F)
     over its live rows (0 where there are none)."""
+    fixed_args = 1
 
     def __init__(self, x, live=None, name=None):
         (x,) = as_ops(x)
@@ -104,17 +120,19 @@ class BatchNormStats(Op):
         from .layout import Concat, Reshape
         from .reductions import Sum
         x, *live = self.args
-        rows = LiveRows(x, live)
+        rows = LiveMask(x, live)
         mean = Sum(rows.masked(x), axis=0) / rows.count()
         centred = rows.masked(x - mean)
         var = Sum(centred * centred, axis=0) / rows.count()
         return Concat(Reshape(mean, (1,) + mean.shape), Reshape(var, (1,) + var.shape))
 
 
-class BatchNormStatsGrad(Op):
+class BatchNormStatsGrad(LiveRowsOp):
     """The gradient of BatchNormStats(x, live) given `delta` (2, F), the gradients of its
     mean and variance: (delta[0] + 2 delta[1] (x - mean)) / n on the n live rows, 0 on the
     others."""
+    fixed_args = 3
+    zero_past_live = True
 
     def __init__(self, delta, x, stats, live=None, name=None):
         delta, x, stats = as_ops(delta, x, stats)
@@ -126,14 +144,16 @@ class BatchNormStatsGrad(Op):
 
     def decomposition(self):
         delta, x, stats, *live = self.args
-        rows = LiveRows(x, live)
+        rows = LiveMask(x, live)
         n = rows.count()
         return rows.masked((x - stats[0]) * (delta[1] * 2.0 / n) + delta[0] / n)
 
 
-class BatchNormApply(Op):
+class BatchNormApply(LiveRowsOp):
     """(x - mean) / sqrt(var + eps) * weight + bias on the live rows of `x`, with mean and
     var the rows of `stats` (BatchNormStats); 0 on the other rows."""
+    fixed_args = 4
+    zero_past_live = True
     attributes = (Attr("eps"),)
 
     def __init__(self, x, stats, weight, bias, live=None, eps=1e-5, name=None):
@@ -166,12 +186,14 @@ class BatchNormApply(Op):
 
     def decomposition(self):
         x, stats, weight, bias, *live = self.args
-        return LiveRows(x, live).masked((x - stats[0]) * (weight * self.inverse_std()) + bias)
+        return LiveMask(x, live).masked((x - stats[0]) * (weight * self.inverse_std()) + bias)
 
 
-class BatchNormApplyGrad(Op):
+class BatchNormApplyGrad(LiveRowsOp):
     """The direct term of BatchNormApply's gradient in x: `delta` * weight /
     sqrt(var + eps) on the live rows, 0 on the others."""
+    fixed_args = 3
+    zero_past_live = True
     attributes = (Attr("eps"),)
 
     def __init__(self, delta, stats, weight, live=None, eps=1e-5, name=None):
@@ -186,13 +208,14 @@ class BatchNormApplyGrad(Op):
     def decomposition(self):
         from .elementwise import Sqrt
         delta, stats, weight, *live = self.args
-        return LiveRows(delta, live).masked(delta * (weight / Sqrt(stats[1] + self.eps)))
+        return LiveMask(delta, live).masked(delta * (weight / Sqrt(stats[1] + self.eps)))
 
 
-class BatchNormApplySums(Op):
+class BatchNormApplySums(LiveRowsOp):
     """(2, F): the column sums over the live rows of `delta` * (x - mean) and of
     `delta`, what BatchNormApply's gradients in its weight, bias and statistics are made
     of."""
+    fixed_args = 3
 
     def __init__(self, delta, x, stats, live=None, name=None):
         delta, x, stats = as_ops(delta, x, stats)
@@ -208,7 +231,7 @@ class BatchNormApplySums(Op):
         from .layout import Concat, Reshape
         from .reductions import Sum
         delta, x, stats, *live = self.args
-        rows = LiveRows(x, live)
+        rows = LiveMask(x, live)
         live_delta = rows.masked(delta)
         sums = [Sum(live_delta * (x - stats[0]), axis=0), Sum(live_delta, axis=0)]
         return Concat(*(Reshape(s, (1,) + s.shape) for s in sums))

@@ -13,8 +13,10 @@ from .simple_prune import SimplePrune
 from .softmax_by_log_sum_exp import SoftmaxByLogSumExp
 from .split_contractions import SplitContractions
 from .wide_accumulation import WideAccumulation
+from .zero_row_products import ZeroRowProducts
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
            "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
-           "WideAccumulation", "SoftmaxByLogSumExp", "Decompose"]
+           "WideAccumulation", "SoftmaxByLogSumExp", "Decompose",
+           "ZeroRowProducts"]

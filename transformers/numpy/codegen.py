@@ -84,24 +84,24 @@ class NumPyCodeGenerator(TypeDispatched):
 
     @generate_op.on_type(BatchNormStats)
     def generate_op(self, op, out, args):
-        return [f"K.batch_norm_stats({live_args(op, args, 1)}, out={out})"]
+        return [f"K.batch_norm_stats({live_args(op, args)}, out={out})"]
 
     @generate_op.on_type(BatchNormStatsGrad)
     def generate_op(self, op, out, args):
-        return [f"K.batch_norm_stats_grad({live_args(op, args, 3)}, out={out})"]
+        return [f"K.batch_norm_stats_grad({live_args(op, args)}, out={out})"]
 
     @generate_op.on_type(BatchNormApply)
     def generate_op(self, op, out, args):
-        return [f"K.batch_norm_apply({live_args(op, args, 4)}, eps={op.eps!r}, out={out})"]
+        return [f"K.batch_norm_apply({live_args(op, args)}, eps={op.eps!r}, out={out})"]
 
     @generate_op.on_type(BatchNormApplyGrad)
     def generate_op(self, op, out, args):
-        return [f"K.batch_norm_apply_grad({live_args(op, args, 3)}, eps={op.eps!r}, "
+        return [f"K.batch_norm_apply_grad({live_args(op, args)}, eps={op.eps!r}, "
                 f"out={out})"]
 
     @generate_op.on_type(BatchNormApplySums)
     def generate_op(self, op, out, args):
-        return [f"K.batch_norm_apply_sums({live_args(op, args, 3)}, out={out})"]
+        return [f"K.batch_norm_apply_sums({live_args(op, args)}, out={out})"]
 
     def mask_rows(self, op):
         """The ids a keyed dropout's rows take their positions from (see Dropout)."""
@@ -147,10 +147,11 @@ class NumPyCodeGenerator(TypeDispatched):
         return [f"K.edge_softmax({g}, {args[0]}, at={op.at!r}, out={out})"]
 
 
-def live_args(op, args, fixed):
-    """A batch-norm op's arguments for its kernel: the `fixed` tensors, then its live-row
-    count or None (every row is live)."""
-    return ", ".join(args[:fixed] + [args[fixed] if len(op.args) > fixed else "None"])
+def live_args(op, args):
+    """A LiveRowsOp's arguments for its kernel: its fixed tensors, then its live-row count
+    or None (every row is live)."""
+    fixed = op.fixed_args
+    return ", ".join(args[:fixed] + [args[fixed] if op.live is not None else "None"])
 
 
 def literal(value, dtype):

@@ -315,6 +315,18 @@ def _centred(x, mean):
     return np.subtract(x, mean, out=_scratch(x.shape, x.dtype))
 
 
+def zero_row_matmul(a, b, live, contract, out):
+    """a @ b where rows past live[0] of a (contract=False) or of b (contract=True) are 0
+    (ZeroRowDot): from the live rows alone."""
+    if contract:
+        n = live_rows(live, b.shape[0])
+        return np.matmul(a[:, :n], b[:n], out=out)
+    n = live_rows(live, a.shape[0])
+    np.matmul(a[:n], b, out=out[:n])
+    out[n:] = 0
+    return out
+
+
 def batch_norm_stats(x, live, out):
     """out[0] the mean, out[1] the biased variance of each column over the live rows."""
     n = live_rows(live, x.shape[0])
