@@ -237,10 +237,11 @@ def test_batch_norm_ops_take_the_live_rows_at_run_time(transformer_factory):
                               ng.constant(bias, dtype=np.float64), live)
     dx = ng.grad(ng.sum(y * ng.constant(up, dtype=np.float64)), xs)
     comp = transformer_factory().computation([y, stats, dx], xs, live)
-    for n in (7, 10, 0):
+    # The live rows are those whose index is below the count: 6.5 counts 7, 12 all 10.
+    for n, count in ((7, 7.0), (10, 10.0), (0, 0.0), (7, 6.5), (10, 12.0)):
         spoiled = x.copy()
         spoiled[n:] = 1e6
-        out, moments, grad = comp(spoiled, np.array([float(n)]))
+        out, moments, grad = comp(spoiled, np.array([count]))
         rows = x[:n]
         mean = rows.mean(axis=0) if n else np.zeros(4)
         var = rows.var(axis=0) if n else np.zeros(4)

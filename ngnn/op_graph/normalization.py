@@ -64,28 +64,30 @@ def _check_stats(name, x, stats):
 
 
 class LiveMask:
-    """What the decompositions share: the number of live rows and their 0/1 mask."""
+    """What the decompositions share: the 0/1 mask of the live rows (index < live) and
+    their number."""
 
     def __init__(self, x, live):
         self.rows = x.shape[0]
         self.live = live[0] if live else None
         self.dtype = x.dtype
+        if self.live is not None:
+            from .elementwise import Cast, Greater
+            from .layout import Reshape
+            index = Constant(np.arange(self.rows, dtype=self.dtype).reshape(self.rows, 1))
+            self.mask = Greater(Reshape(Cast(self.live, self.dtype), (1, 1)), index)
 
     def count(self):
         """The live rows as a divisor: at least 1."""
         if self.live is None:
             return float(max(self.rows, 1))
-        from .elementwise import Cast, Maximum
-        return Maximum(Cast(self.live, self.dtype), 1.0)
+        from .elementwise import Maximum
+        from .reductions import Sum
+        return Maximum(Sum(self.mask, axis=0), 1.0)
 
     def masked(self, t):
         """`t` (rows, F) with the rows past the live ones 0."""
-        if self.live is None:
-            return t
-        from .elementwise import Cast, Greater
-        from .layout import Reshape
-        index = Constant(np.arange(self.rows, dtype=self.dtype).reshape(self.rows, 1))
-        return t * Greater(Reshape(Cast(self.live, self.dtype), (1, 1)), index)
+        return t if self.live is None else t * self.mask
 
 
 class LiveRowsOp(Op):

@@ -288,8 +288,9 @@ def one_hot(labels, out):
 # deterministic); the centred rows live in a scratch array kept between calls.
 
 def live_rows(live, rows):
-    """How many leading rows are real: all `rows` without `live`, else live[0]."""
-    return rows if live is None else min(max(int(live[0]), 0), rows)
+    """How many leading rows are real: all `rows` without `live`, else those whose index
+    is below live[0] (an integer count in practice)."""
+    return rows if live is None else min(max(math.ceil(live[0]), 0), rows)
 
 
 def column_sums(rows, out):
