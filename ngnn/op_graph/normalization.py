@@ -10,8 +10,8 @@ These ops take two to four passes each way:
 
 `live`, optional, is a (1,) tensor holding at run time how many leading rows of `x` are
 real (a GraphLoader slot's batch: its padding rows come last). Statistics are taken over
-those rows only; the other rows of every result are 0, and no gradient reaches them.
-Without `live` every row is real. Ops whose rows past `live` are 0 say so
+those rows only; the other rows of every (rows, F) result are 0, and no gradient reaches
+them. Without `live` every row is real. Ops whose rows past `live` are 0 say so
 (`zero_past_live`): ngnn.passes.ZeroRowProducts then leaves those rows out of the matrix
 products that read them.
 
