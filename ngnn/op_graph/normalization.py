@@ -96,17 +96,26 @@ class LiveRowsOp(Op):
     rows past the live ones are 0 (ngnn.passes.ZeroRowProducts relies on it)."""
     fixed_args = None
     zero_past_live = False
+    kernel = None       # the NumPy transformer's kernel (transformers/numpy/kernels.py)
 
     @property
     def live(self):
         args = self.args
         return args[self.fixed_args] if len(args) > self.fixed_args else None
 
+    @property
+    def numpy(self):
+        """`K.<kernel>(tensors, live or None[, eps=...], out=...)`."""
+        absent = "" if self.live is not None else ", None"
+        eps = ", eps={eps!r}" if any(a.field == "eps" for a in self.attributes) else ""
+        return f"K.{self.kernel}({{xs}}{absent}{eps}, out={{out}})"
+
 
 class BatchNormStats(LiveRowsOp):
     """(2, F): row 0 the mean, row 1 the biased variance of each feature of `x` (rows, F)
     over its live rows (0 where there are none)."""
     fixed_args = 1
+    kernel = "batch_norm_stats"
 
     def __init__(self, x, live=None, name=None):
         (x,) = as_ops(x)
@@ -134,6 +143,7 @@ class BatchNormStatsGrad(LiveRowsOp):
     mean and variance: (delta[0] + 2 delta[1] (x - mean)) / n on the n live rows, 0 on the
     others."""
     fixed_args = 3
+    kernel = "batch_norm_stats_grad"
     zero_past_live = True
 
     def __init__(self, delta, x, stats, live=None, name=None):
@@ -155,6 +165,7 @@ class BatchNormApply(LiveRowsOp):
     """(x - mean) / sqrt(var + eps) * weight + bias on the live rows of `x`, with mean and
     var the rows of `stats` (BatchNormStats); 0 on the other rows."""
     fixed_args = 4
+    kernel = "batch_norm_apply"
     zero_past_live = True
     attributes = (Attr("eps"),)
 
@@ -195,6 +206,7 @@ class BatchNormApplyGrad(LiveRowsOp):
     """The direct term of BatchNormApply's gradient in x: `delta` * weight /
     sqrt(var + eps) on the live rows, 0 on the others."""
     fixed_args = 3
+    kernel = "batch_norm_apply_grad"
     zero_past_live = True
     attributes = (Attr("eps"),)
 
@@ -218,6 +230,7 @@ class BatchNormApplySums(LiveRowsOp):
     `delta`, what BatchNormApply's gradients in its weight, bias and statistics are made
     of."""
     fixed_args = 3
+    kernel = "batch_norm_apply_sums"
 
     def __init__(self, delta, x, stats, live=None, name=None):
         delta, x, stats = as_ops(delta, x, stats)

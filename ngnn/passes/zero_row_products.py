@@ -15,8 +15,8 @@ such values. A product reading them then computes the live rows only:
 
 with n read at run time (ZeroRowDot, ngnn/op_graph/linalg.py). The value is the one the
 whole product gives, whatever the other operand holds in those rows (0 times a finite
-value), so nothing but the time changes, and a computation compiled once serves every
-batch size.
+value), so nothing but the time (and the order of a float sum's terms) changes, and a
+computation compiled once serves every batch size.
 
 The analysis runs forward over the ops: `zero[op]` is the op holding the live count past
 which op's rows are 0, or absent. Run by the NumPy transformer, whose kernels slice

@@ -10,8 +10,6 @@ from ngnn.op_graph import (AllReduce, Aggregate, Concat, Constant, Dropout, Edge
                            MasterBroadcast, MirrorReduce, Op, OneHot, Softmax, SparseDot,
                            SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
-from ngnn.op_graph.normalization import (BatchNormApply, BatchNormApplyGrad, BatchNormApplySums,
-                                         BatchNormStats, BatchNormStatsGrad)
 
 generate_op = on_type
 
@@ -82,27 +80,6 @@ class NumPyCodeGenerator(TypeDispatched):
     def generate_op(self, op, out, args):
         return [f"K.sparse_transposed_dot({args[0]}, {args[1]}, out={out})"]
 
-    @generate_op.on_type(BatchNormStats)
-    def generate_op(self, op, out, args):
-        return [f"K.batch_norm_stats({live_args(op, args)}, out={out})"]
-
-    @generate_op.on_type(BatchNormStatsGrad)
-    def generate_op(self, op, out, args):
-        return [f"K.batch_norm_stats_grad({live_args(op, args)}, out={out})"]
-
-    @generate_op.on_type(BatchNormApply)
-    def generate_op(self, op, out, args):
-        return [f"K.batch_norm_apply({live_args(op, args)}, eps={op.eps!r}, out={out})"]
-
-    @generate_op.on_type(BatchNormApplyGrad)
-    def generate_op(self, op, out, args):
-        return [f"K.batch_norm_apply_grad({live_args(op, args)}, eps={op.eps!r}, "
-                f"out={out})"]
-
-    @generate_op.on_type(BatchNormApplySums)
-    def generate_op(self, op, out, args):
-        return [f"K.batch_norm_apply_sums({live_args(op, args)}, out={out})"]
-
     def mask_rows(self, op):
         """The ids a keyed dropout's rows take their positions from (see Dropout)."""
         graph, attribute = op.rows
@@ -145,13 +122,6 @@ class NumPyCodeGenerator(TypeDispatched):
     def generate_op(self, op, out, args):
         g = self.refs("graph", op.graph)
         return [f"K.edge_softmax({g}, {args[0]}, at={op.at!r}, out={out})"]
-
-
-def live_args(op, args):
-    """A LiveRowsOp's arguments for its kernel: its fixed tensors, then its live-row count
-    or None (every row is live)."""
-    fixed = op.fixed_args
-    return ", ".join(args[:fixed] + [args[fixed] if op.live is not None else "None"])
 
 
 def literal(value, dtype):
