@@ -265,3 +265,32 @@ def test_batch_norm_ops_reject_bad_input():
         BatchNormApply(x, ng.placeholder((3,), dtype=np.float64), np.ones(3), np.zeros(3))
     with pytest.raises(ng.op_graph.ShapeError, match="expected x of shape \\(rows, F\\)"):
         BatchNormStats(ng.placeholder((5,), dtype=np.float64))
+
+
+def test_decompositions_equal_the_kernels():
+    """Each op's decomposition (what the GPU transformer runs) gives its NumPy kernel's
+    values, gradients included, for a live count fed at run time: run through the NumPy
+    transformer with the Decompose pass added, so it is checked wherever the tests run."""
+    from ngnn import transformers as ngt
+    from ngnn.passes import Decompose
+    rng = np.random.default_rng(5)
+    x, up = rng.normal(1.0, 2.0, (9, 3)), rng.normal(size=(9, 3))
+    weight, bias = rng.uniform(0.5, 1.5, 3), rng.normal(size=3)
+
+    def build():
+        xs = ng.placeholder(x.shape, dtype=np.float64)
+        w, b = (ng.placeholder((3,), dtype=np.float64) for _ in range(2))
+        live = ng.placeholder((1,), dtype=np.float64)
+        y, stats = batch_norm_ops(xs, w, b, live)
+        loss = ng.sum(y * ng.constant(up, dtype=np.float64)) + ng.sum(stats * stats)
+        return [y, stats] + ng.grad(loss, [xs, w, b]), xs, w, b, live
+
+    outputs = []
+    for passes in ([], [Decompose()]):
+        results, *params = build()
+        with ngt.make_transformer("numpy", passes=passes) as t:
+            comp = t.computation(results, *params)
+            assert ("K.batch_norm" in comp.source) == (not passes)
+            outputs.append(comp(x, weight, bias, np.array([6.0])))
+    for kernel, decomposed in zip(*outputs):
+        np.testing.assert_allclose(kernel, decomposed, rtol=1e-12, atol=1e-12)
