@@ -4,6 +4,7 @@ Every one is vectorized: aggregations are SciPy sparse products or segment reduc
 over the CSR order, never a Python loop over nodes or edges.
 """
 import math
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -281,7 +282,6 @@ def one_hot(labels, out):
     return out
 
 
-
 # ---- batch normalization over the live rows (ngnn/op_graph/normalization.py) -------------
 # Each writes its result's live rows and zeroes the rest. Column sums are products with a
 # vector of ones (BLAS gemv: a third of the time of np.add.reduce down the rows, and as
@@ -298,18 +298,20 @@ def column_sums(rows, out):
 
 
 def _scratch(shape, dtype):
-    """An uninitialized array of `shape`, a view of one kept buffer that only grows: a
-    kernel's temporary, valid until the next kernel asks for one (a new array of this size
-    per call would be mapped and faulted in by the allocator every time)."""
+    """An uninitialized array of `shape`, a view of one kept buffer per thread (ranks may
+    run as threads) that only grows: a kernel's temporary, valid until the next kernel
+    asks for one (a new array of this size per call would be mapped and faulted in by the
+    allocator every time)."""
     dtype = np.dtype(dtype)
     size = math.prod(shape)
-    scratch = _SCRATCH.get(dtype)
+    kept = _per_thread.__dict__.setdefault("scratch", {})
+    scratch = kept.get(dtype)
     if scratch is None or scratch.size < size:
-        scratch = _SCRATCH[dtype] = np.empty(max(size, 1 << 16), dtype)
+        scratch = kept[dtype] = np.empty(max(size, 1 << 16), dtype)
     return scratch[:size].reshape(shape)
 
 
-_SCRATCH = {}
+_per_thread = threading.local()
 
 
 def _centred(x, mean):
@@ -376,8 +378,6 @@ def batch_norm_stats_grad(delta, x, stats, live, out):
     out[:n] += delta[0] * inverse
     out[n:] = 0
     return out
-
-
 
 
 # ---- fused groups: one block of vertices (a CSR slice) at a time ---------------------------
