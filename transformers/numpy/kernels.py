@@ -283,9 +283,9 @@ def one_hot(labels, out):
 
 
 # ---- batch normalization over the live rows (ngnn/op_graph/normalization.py) -------------
-# Each writes its result's live rows and zeroes the rest. Column sums are products with a
-# vector of ones (BLAS gemv: a third of the time of np.add.reduce down the rows, and as
-# deterministic); the centred rows live in a scratch array kept between calls.
+# A (rows, F) result gets its live rows written, the rest zeroed. Column sums are products
+# with a vector of ones (BLAS gemv: a third of the time of np.add.reduce down the rows, and
+# as deterministic); the centred rows live in a scratch array kept between calls.
 
 def live_rows(live, rows):
     """How many leading rows are real: all `rows` without `live`, else those whose index
