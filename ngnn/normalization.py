@@ -5,15 +5,18 @@
 normalizes each feature by the mean and the biased variance of the rows of `h`, then scales
 by `weight` and shifts by `bias`, as torch.nn.BatchNorm1d does in training mode. In a batch
 of graphs that a GraphLoader slot holds, the rows past the batch's nodes are padding: they
-must not count. So over a batch the statistics are sums of `ng.readout` over the graphs that
-`batch.graph_mask` marks real (every graph of a BatchedGraph), divided by their node count;
-padding rows are normalized with the same statistics and read by nothing real. Composed of
-existing ops (readout, sums, sqrt), so its gradient, both transformers and fusion come with
-them; nn.BatchNorm keeps the running statistics that evaluation uses.
+must not count. They come last: a slot's `graph_mask` marks its first graphs (the loaded
+batch, as GraphLoader feeds it), whose nodes fill its first rows, so the statistics are
+taken over the leading rows that many (their count a readout of the mask, at run time),
+and the padding rows of y are 0. The work is two ops of ngnn/op_graph/normalization.py
+(BatchNormStats and BatchNormApply) with closed-form gradients: a few passes over the
+real rows each way, not the fifteen of an element-wise composition; nn.BatchNorm keeps the
+running statistics that evaluation uses.
 """
 import numpy as np
 
 import ngnn as ng
+from ngnn.op_graph.normalization import BatchNormApply, BatchNormStats
 
 
 def batch_norm(x, weight, bias, eps=1e-5, batch=None):
@@ -29,23 +32,22 @@ def batch_norm(x, weight, bias, eps=1e-5, batch=None):
                          f"{x.shape}, {weight.shape}, {bias.shape}")
     if eps <= 0:
         raise ValueError(f"batch_norm: eps must be positive, got {eps}")
-    total = _row_sum(batch)
+    live = _live_rows(x, batch)
+    stats = BatchNormStats(x, live)
+    y = BatchNormApply(x, stats, weight, bias, live, eps=eps)
     # At least 1: a batch of graphs without nodes normalizes nothing, and gets no NaN.
-    count = ng.maximum(total(ng.constant(np.ones((x.shape[0], 1)), dtype=x.dtype)), 1.0)
-    mean = total(x) / count
-    centred = x - mean
-    var = total(centred * centred) / count
-    y = centred / ng.sqrt(var + eps) * weight + bias
-    return y, mean, var, count
+    count = ng.constant(np.array([max(x.shape[0], 1)]), dtype=x.dtype) if live is None \
+        else ng.maximum(live, 1.0)
+    return y, stats[0], stats[1], count
 
 
-def _row_sum(batch):
-    """The function summing a node tensor's rows over the real nodes of `batch` into (F,):
-    every row without a batch; with one, the readouts of the graphs it marks real."""
-    if batch is None:
-        return lambda h: ng.sum(h, axis=0)
+def _live_rows(x, batch):
+    """None where every row of `x` is real (no batch, or a BatchedGraph); for a slot
+    whose `graph_mask` marks the loaded graphs, a (1,) tensor: their node count, which is
+    the number of leading rows they fill (the padding rows come after them)."""
     mask = getattr(batch, "graph_mask", None)
-    if mask is None:            # a BatchedGraph: every graph is real
-        return lambda h: ng.sum(ng.readout(h, batch, "sum"), axis=0)
-    return lambda h: ng.sum(ng.readout(h, batch, "sum") *
-                            ng.reshape(ng.cast(mask, h.dtype), (mask.shape[0], 1)), axis=0)
+    if mask is None:
+        return None
+    ones = ng.constant(np.ones((x.shape[0], 1)), dtype=x.dtype)
+    return ng.sum(ng.readout(ones, batch, "sum") *
+                  ng.reshape(ng.cast(mask, x.dtype), (mask.shape[0], 1)), axis=0)

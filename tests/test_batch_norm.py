@@ -199,3 +199,98 @@ def test_gin_with_batch_norm_trains_as_pyg_does():
     with torch.no_grad():
         expected = forward(batch.x, batch.edge_index, batch.batch).numpy()
     np.testing.assert_allclose(trainer.predict(np.arange(10)), expected, rtol=1e-5, atol=1e-5)
+
+
+# ---- the batch-norm ops (ngnn/op_graph/normalization.py) ---------------------------------
+
+def batch_norm_ops(h, w, b, live=None):
+    from ngnn.op_graph import BatchNormApply, BatchNormStats
+    stats = BatchNormStats(h, live)
+    return BatchNormApply(h, stats, w, b, live, eps=1e-3), stats
+
+
+@pytest.mark.parametrize("live", [None, 5.0, 0.0])
+def test_batch_norm_ops_gradient_by_finite_differences(transformer_factory, live):
+    """Every op's gradient (the statistics', the normalization's, their closed forms),
+    over all rows and over the first 5 of 8 (or none), by central differences; the mean
+    and variance enter the result too, so their gradients are checked as well."""
+    rng = np.random.default_rng(3)
+    x, weight, bias = rng.normal(size=(8, 3)), rng.uniform(0.5, 1.5, 3), rng.normal(size=3)
+
+    def build(h, w, b):
+        rows = None if live is None else ng.constant(np.array([live]), dtype=np.float64)
+        y, stats = batch_norm_ops(h, w, b, rows)
+        return ng.sum(ng.tanh(y), axis=0) + ng.tanh(stats[0]) * stats[1]
+
+    check_gradient(build, [x, weight, bias], transformer_factory, coords=24)
+
+
+def test_batch_norm_ops_take_the_live_rows_at_run_time(transformer_factory):
+    """`live` fed at run time: statistics of the leading rows alone, the other rows 0 in
+    the result and in every gradient, whatever they hold; equal to NumPy's."""
+    rng = np.random.default_rng(4)
+    x, up = rng.normal(2.0, 3.0, (10, 4)), rng.normal(size=(10, 4))
+    weight, bias = np.linspace(0.5, 2.0, 4), np.linspace(-1.0, 1.0, 4)
+    xs = ng.placeholder(x.shape, dtype=np.float64)
+    live = ng.placeholder((1,), dtype=np.float64)
+    y, stats = batch_norm_ops(xs, ng.constant(weight, dtype=np.float64),
+                              ng.constant(bias, dtype=np.float64), live)
+    dx = ng.grad(ng.sum(y * ng.constant(up, dtype=np.float64)), xs)
+    comp = transformer_factory().computation([y, stats, dx], xs, live)
+    # The live rows are those whose index is below the count: 6.5 counts 7, 12 all 10.
+    for n, count in ((7, 7.0), (10, 10.0), (0, 0.0), (7, 6.5), (10, 12.0)):
+        spoiled = x.copy()
+        spoiled[n:] = 1e6
+        out, moments, grad = comp(spoiled, np.array([count]))
+        rows = x[:n]
+        mean = rows.mean(axis=0) if n else np.zeros(4)
+        var = rows.var(axis=0) if n else np.zeros(4)
+        xhat = (rows - mean) / np.sqrt(var + 1e-3)
+        np.testing.assert_allclose(moments, [mean, var], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(out[:n], xhat * weight + bias, rtol=1e-12, atol=1e-12)
+        dy = up[:n] * weight
+        if n:
+            expected = (dy - dy.mean(axis=0) - xhat * (dy * xhat).mean(axis=0)) / \
+                np.sqrt(var + 1e-3)
+            np.testing.assert_allclose(grad[:n], expected, rtol=1e-10, atol=1e-12)
+        assert not out[n:].any() and not grad[n:].any()
+
+
+def test_batch_norm_ops_reject_bad_input():
+    from ngnn.op_graph import BatchNormApply, BatchNormStats
+    x = ng.placeholder((5, 3), dtype=np.float64)
+    with pytest.raises(ng.op_graph.ShapeError, match="live must be a \\(1,\\) tensor"):
+        BatchNormStats(x, ng.placeholder((2,), dtype=np.float64))
+    with pytest.raises(ng.op_graph.ShapeError, match="stats must have shape \\(2, 3\\)"):
+        BatchNormApply(x, ng.placeholder((3,), dtype=np.float64), np.ones(3), np.zeros(3))
+    with pytest.raises(ng.op_graph.ShapeError, match="expected x of shape \\(rows, F\\)"):
+        BatchNormStats(ng.placeholder((5,), dtype=np.float64))
+
+
+def test_decompositions_equal_the_kernels():
+    """Each op's decomposition (what the GPU transformer runs) gives its NumPy kernel's
+    values, gradients included, for a live count fed at run time: run through the NumPy
+    transformer with the Decompose pass added, so it is checked wherever the tests run."""
+    from ngnn import transformers as ngt
+    from ngnn.passes import Decompose
+    rng = np.random.default_rng(5)
+    x, up = rng.normal(1.0, 2.0, (9, 3)), rng.normal(size=(9, 3))
+    weight, bias = rng.uniform(0.5, 1.5, 3), rng.normal(size=3)
+
+    def build():
+        xs = ng.placeholder(x.shape, dtype=np.float64)
+        w, b = (ng.placeholder((3,), dtype=np.float64) for _ in range(2))
+        live = ng.placeholder((1,), dtype=np.float64)
+        y, stats = batch_norm_ops(xs, w, b, live)
+        loss = ng.sum(y * ng.constant(up, dtype=np.float64)) + ng.sum(stats * stats)
+        return [y, stats] + ng.grad(loss, [xs, w, b]), xs, w, b, live
+
+    outputs = []
+    for passes in ([], [Decompose()]):
+        results, *params = build()
+        with ngt.make_transformer("numpy", passes=passes) as t:
+            comp = t.computation(results, *params)
+            assert ("K.batch_norm" in comp.source) == (not passes)
+            outputs.append(comp(x, weight, bias, np.array([6.0])))
+    for kernel, decomposed in zip(*outputs):
+        np.testing.assert_allclose(kernel, decomposed, rtol=1e-12, atol=1e-12)

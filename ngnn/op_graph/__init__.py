@@ -7,9 +7,11 @@ from .elementwise import (ElementWise, UnaryOp, BinaryOp, Add, Subtract, Multipl
                           LeakyRelu, Elu, Softplus, Cast, StopGradient, unbroadcast, zeros)
 from .reductions import Reduction, Sum, Mean, Max, Min, Softmax, LogSoftmax
 from .layout import LayoutOp, Reshape, Transpose, Broadcast, Concat, Slice, Unslice
-from .linalg import Dot
+from .linalg import Dot, ZeroRowDot
 from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
 from .training_ops import Dropout, OneHot, Assign, seed_dropout
 from .sparse import SparseDot, SparseDropout, SparseTransposedDot
 from .communication import (Communication, MirrorReduce, MasterBroadcast, AllReduce,
                             ReadoutAllReduce)
+from .normalization import (BatchNormStats, BatchNormStatsGrad, BatchNormApply,
+                            BatchNormApplyGrad, BatchNormApplySums)

@@ -1,7 +1,7 @@
 """Matrix products (NumPy's matmul semantics, batched over leading axes)."""
 import numpy as np
 
-from .op import Op, ShapeError, as_ops
+from .op import Attr, Op, ShapeError, as_ops
 
 
 class Dot(Op):
@@ -50,3 +50,36 @@ def swap_last(x):
     from .layout import Transpose
     axes = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
     return Transpose(x, axes)
+
+
+class ZeroRowDot(Op):
+    """The matrix product a @ b of 2-D operands, given that past the first `live` rows
+    ((1,) tensor, read at run time) the rows of a (`contract=False`) or the rows of b, the
+    contracted axis (`contract=True`), are 0: the same value as Dot(a, b), computed from
+    the live rows only. Of a batch in a GraphLoader slot, a fifth of the rows is padding
+    that batch norm zeroes; ngnn.passes.ZeroRowProducts puts this op where it finds them.
+
+    contract=False: out[:n] = a[:n] @ b, out[n:] = 0 (a zero row gives a zero row).
+    contract=True:  out = a[:, :n] @ b[:n] (zero terms add nothing)."""
+    attributes = (Attr("contract"),)
+    numpy = "K.zero_row_matmul({xs}, contract={contract}, out={out})"
+
+    def __init__(self, a, b, live, contract=False, name=None):
+        a, b, live = as_ops(a, b, live)
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            raise ShapeError(f"zero_row_dot: expected aligned matrices, got {a.shape} and "
+                             f"{b.shape}")
+        if live.shape != (1,):
+            raise ShapeError(f"zero_row_dot: live must be a (1,) tensor, got {live.shape}")
+        self.contract = bool(contract)
+        from .elementwise import result_dtype
+        super().__init__([a, b, live], shape=(a.shape[0], b.shape[1]),
+                         dtype=result_dtype("dot", a, b), name=name)
+
+    def adjoints(self, delta):
+        a, b, _ = self.args
+        return Dot(a, b).adjoints(delta) + [None]
+
+    def decomposition(self):
+        a, b, _ = self.args
+        return Dot(a, b)

@@ -4,6 +4,7 @@ from .base import GraphPass, PeepholeGraphPass, RewritePass, visit
 from .block_planning import BlockPlan, BlockPlanning
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
+from .decompose import Decompose
 from .factor_products import FactorProducts
 from .fusion import FusedGroup, Fusion
 from .kernel_planning import KernelGroup, KernelPlanning
@@ -13,9 +14,11 @@ from .simple_prune import SimplePrune
 from .softmax_by_log_sum_exp import SoftmaxByLogSumExp
 from .split_contractions import SplitContractions
 from .wide_accumulation import WideAccumulation
+from .zero_row_products import ZeroRowProducts
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
            "BlockPlanning", "BlockPlan",
            "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
-           "WideAccumulation", "SoftmaxByLogSumExp"]
+           "WideAccumulation", "SoftmaxByLogSumExp", "Decompose",
+           "ZeroRowProducts"]

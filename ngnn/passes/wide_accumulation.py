@@ -19,6 +19,8 @@ The pass widens, for float32 results:
 * `Aggregate` sum and mean: the message is widened where it is made, so a gather reads
   a widened node tensor and an edge weight times it is an exact float64 product.
 * `Sum` over the first axis (vertex or edge rows: biases' gradients, losses).
+* Batch norm's statistics and the column sums of its gradient (BatchNormStats,
+  BatchNormApplySums).
 
 Edge softmax denominators are accumulated in float64 by the kernels themselves.
 
@@ -29,9 +31,9 @@ and layout ops.
 """
 import numpy as np
 
-from ..op_graph import (Add, Aggregate, Cast, Communication, Constant, Divide, Dot, Gather,
-                        MasterBroadcast, Multiply, Reshape, SparseTransposedDot, Sum,
-                        Transpose, ordered_ops)
+from ..op_graph import (Add, Aggregate, BatchNormApplySums, BatchNormStats, Cast,
+                        Communication, Constant, Divide, Dot, Gather, MasterBroadcast, Multiply,
+                        Reshape, SparseTransposedDot, Sum, Transpose, ordered_ops)
 from .base import GraphPass
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -72,6 +74,11 @@ class WideAccumulation(GraphPass):
             return self.round(op.with_args([message(op.args[0])]))
         if type(op) is Sum and 0 in op.axes and op.args[0].shape[0] > 1:
             return self.round(op.with_args([wide(op.args[0])]))
+        if isinstance(op, (BatchNormStats, BatchNormApplySums)):
+            # Column sums over the live rows; the live count stays as it is.
+            fixed = op.args[:op.fixed_args]
+            return self.round(op.with_args([wide(a) for a in fixed] +
+                                           list(op.args[op.fixed_args:])))
         return None
 
     def pushed(self, op):

@@ -27,7 +27,7 @@ import numpy as np
 from ..op_graph import (Aggregate, AllReduce, Assign, Broadcast, Constant, Dot, Dropout,
                         EdgeSoftmax, Gather, LogSoftmax, MasterBroadcast, MirrorReduce,
                         Placeholder, Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum,
-                        Variable)
+                        Variable, ZeroRowDot)
 from ..passes.buffer_sharing import is_group
 
 LEAVES = (Placeholder, Variable, Constant)
@@ -176,7 +176,7 @@ def work(op, device, topology, rank=0, views=(), plan=None, per_call=None):
         return graph_work(op, device)
     if isinstance(op, (SparseDot, SparseTransposedDot)):
         return sparse_product(op, device)
-    if isinstance(op, Dot):
+    if isinstance(op, (Dot, ZeroRowDot)):
         return dense_product(op, device)
     if isinstance(op, (Dropout, SparseDropout)):
         return dropout(op, device, plan.masks if plan is not None else None)
@@ -261,8 +261,9 @@ def mixed_dtypes(op):
 def dense_product(op, device):
     """A roofline; for the 2-D products of a layer, at least the calibrated cost of BLAS at
     its narrow sizes: (rows, inner) @ (inner, outer) per row, or the weight gradient
-    (inner, rows) @ (rows, outer) per row of the long axis."""
-    a, b = op.args
+    (inner, rows) @ (rows, outer) per row of the long axis. A ZeroRowDot is priced whole:
+    its live rows are known only at run time."""
+    a, b = op.args[:2]
     inner = a.shape[-1] if a.ndim else 1
     flops = 2 * size(op) * inner
     moved = nbytes(a) + nbytes(b) + nbytes(op)

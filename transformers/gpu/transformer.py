@@ -19,7 +19,8 @@ import numpy as np
 import scipy.sparse
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
-from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning, SplitContractions
+from ngnn.passes import (BufferSharing, Decompose, KernelGroup, KernelPlanning,
+                         SplitContractions)
 
 from ..base import (Computation, DeviceBufferStorage, DeviceTensor, Resident, Transformer,
                     buffer_holding)
@@ -505,7 +506,11 @@ class GPUTransformer(Transformer):
         # are to be seen whole: debug_nans names them, and a chunked program splits its
         # row reductions by blocks itself.
         split = self.optimize and not self.debug_nans and self.memory_budget is None
-        return super().graph_passes() + ([SplitContractions(tile=GEMM_TILE)] if split else [])
+        # Ops without kernels here (batch norm's) become element-wise ops and reductions
+        # before anything else runs: the rewriting passes then see those.
+        passes = super().graph_passes()
+        passes.insert(1, Decompose())
+        return passes + ([SplitContractions(tile=GEMM_TILE)] if split else [])
 
     def inplace_ok(self, op):
         return False      # kernel arguments are declared restrict: never out and in at once

@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from ngnn.naming import sanitize, value_identifier
-from ngnn.passes import FusedGroup
+from ngnn.passes import FusedGroup, ZeroRowProducts
 from ngnn.op_graph.printer import op_comment
 from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Slice, Transpose,
                            Variable)
@@ -89,6 +89,12 @@ class NumPyTransformer(Transformer):
 
     def is_view(self, op):
         return isinstance(op, VIEW_OPS)
+
+    def graph_passes(self):
+        # Last: products skip the rows batch norm zeroed (a slot's padding). Not under a
+        # memory budget, whose chunked programs split the products' rows themselves.
+        plain = self.optimize and self.memory_budget is None and self.chunks is None
+        return super().graph_passes() + ([ZeroRowProducts()] if plain else [])
 
     def allocate_variable(self, variable):
         storage = NumPyDeviceBufferStorage(self, variable.nbytes, variable.name)
