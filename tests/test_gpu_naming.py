@@ -18,7 +18,7 @@ from ngnn.transformers.gpu.expressions import literal
 from ngnn.transformers.gpu.kernels import PREFIXES
 from ngnn.transformers.gpu.runtime import compile_ptx, nvcc_available
 
-from test_naming import gat_training_step, recipe_gat_training_step
+from test_naming import attention_step, gat_training_step, recipe_gat_training_step
 
 # A statement that ends with the IR's statement of the op it computes.
 COMMENTED = re.compile(r"(?P<code>.*;)  // (?P<value>%\w+) = (?P<call>\w+\(.*\))"
@@ -181,42 +181,27 @@ def test_a_user_named_op_keeps_its_name_in_kernels_report_and_memory_plan(gpu):
     assert "%alpha" in str(comp.memory_plan).split(" <- ", 1)[1]
 
 
-LABELS = ["0", "t_0", "gid", "step", "out", "acc1", "v1", "ew_t_2"]
-
-
-def named_step(n, g, named):
-    """An attention-like step whose values carry the generator's own names when `named`."""
-    x = ng.placeholder((n, 3), name="x")
-    scores = ng.dot(x, ng.constant(np.ones((3, 1), np.float32)))
-    edge = ng.gather(scores, g, "src") + ng.gather(scores, g, "dst")
-    ops = [scores, edge, ng.exp(edge), ng.aggregate(ng.exp(edge), g, "dst", "sum")]
-    ops.append(ng.aggregate(ng.exp(edge) * ng.gather(x, g, "src"), g, "dst", "sum"))
-    ops.append(ops[-1] / (ops[-2] + 1.0))
-    ops.append(ng.relu(ops[-1]) * 2.0)
-    ops += [ng.sum(ops[-1] * ops[-1])]
-    if named:
-        for op, label in zip(ops, LABELS):
-            op.name = label
-    return ops[-3:], x
+# The C names of the generator's own, and a name made like a value's (`t_0`), as user names.
+LABELS = ["0", "t_0", "gid", "step", "out", "acc1", "v1"]
 
 
 def test_user_names_equal_to_generated_names_do_not_collide(gpu):
-    """Values named like the kernels' own identifiers (`gid`, `v1`, `acc1`, `out`, a graph
-    array, `t_0`, a kernel's name) compute what unnamed ones do, and each kernel's
+    """Values named like the kernels' own identifiers (`gid`, `v1`, `acc1`, `out`, `step`)
+    or like a value's (`0`, `t_0`) compute what unnamed ones do, and each kernel's
     parameters and the program's kernels keep names of their own."""
     rng = np.random.default_rng(1)
     n = 20
     g = ng.Graph.from_edges(rng.integers(0, n, 80), rng.integers(0, n, 80), n)
     xv = rng.normal(size=(n, 3)).astype(np.float32)
-    plain = gpu.computation(*named_step(n, g, False))
-    named = gpu.computation(*named_step(n, g, True))
+    plain = gpu.computation(*attention_step(g))
+    named = gpu.computation(*attention_step(g, LABELS))
     with ngt.make_transformer("numpy") as t:
-        expected = t.computation(*named_step(n, g, True))(xv)
+        expected = t.computation(*attention_step(g, LABELS))(xv)
     for a, b, c in zip(plain(xv), named(xv), expected):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(b, c, rtol=1e-5)
     defined = set(re.findall(r"(%\w+) :", named.ir))
-    assert {"%0", "%t_0", "%t_0_1", "%step", "%out", "%acc1", "%v1", "%ew_t_2"} <= defined
+    assert {"%0", "%t_0", "%t_0_1", "%step", "%out", "%acc1", "%v1"} <= defined
     # The user's "0" (%t_0) is t_t_0 beside the IR's own constant %0, t_0, in one kernel.
     assert re.search(r"RESTRICT t_t_0, .*RESTRICT t_0\)", named.source)
     kernel_names = [k.name for k in named.executor.kernels]
@@ -231,7 +216,7 @@ def test_user_names_equal_to_generated_names_do_not_collide(gpu):
 def test_cuda_renderings_compile_with_nvcc(gpu):
     rng = np.random.default_rng(1)
     g = ng.Graph.from_edges(rng.integers(0, 20, 80), rng.integers(0, 20, 80), 20)
-    comps = [gat_training_step(gpu), gpu.computation(*named_step(20, g, True))]
+    comps = [gat_training_step(gpu), gpu.computation(*attention_step(g, LABELS))]
     sources = {f"program{i}": comp.source_for("cuda") for i, comp in enumerate(comps)}
     ptx = compile_ptx(sources)
     for i, comp in enumerate(comps):
