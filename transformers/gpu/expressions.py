@@ -655,12 +655,14 @@ class EdgeReduction:
     """A reduction over each vertex's edges, computed inline: `key` names it (one partial
     kernel per key), `edge_steps(body, eid, vertex, rest)` is the steps computing the
     edge's value inside a loop `body` over `vertex`'s edges, at feature coordinates `rest`
-    of `features`; sums, means, maxima and minima fold in `dtype`."""
+    of `features`, in `edge_dtype` (by default `dtype`); sums, means, maxima and minima fold
+    in `dtype`."""
 
-    def __init__(self, key, graph, at, reduce, dtype, features, edge_steps, edge_dtype):
+    def __init__(self, key, graph, at, reduce, dtype, features, edge_steps, edge_dtype=None):
         self.key, self.graph, self.at, self.reduce = key, graph, at, reduce
         self.dtype, self.features, self.edge_steps = np.dtype(dtype), tuple(features), edge_steps
-        self.edge_dtype = np.dtype(edge_dtype)      # of the values edge_steps gives
+        # The dtype of the values edge_steps gives, which a fold converts where it differs.
+        self.edge_dtype = self.dtype if edge_dtype is None else np.dtype(edge_dtype)
         self.size = int(np.prod(self.features, dtype=np.int64))
 
     @classmethod
