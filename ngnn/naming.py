@@ -1,9 +1,10 @@
 """Identifiers for generated code.
 
 Generated code owns its namespace: a name made from a user's name always starts with a
-prefix that the generator's own names never start with (`t_` for tensors in NumPy modules,
-`in_` for kernel parameters, a template prefix for kernel names), so no user name can
-shadow, or be shadowed by, a name the generator uses, whatever the user calls a tensor.
+prefix that the generator's own names never start with (`t_` for tensors in NumPy modules
+and for GPU kernel parameters, a group or template prefix for kernel names), so no user
+name can shadow, or be shadowed by, a name the generator uses, whatever the user calls a
+tensor.
 
 A value has one name from the IR to the generated code: the IR's `%id` (`%8`, or the
 user's name, `%alpha`, made unique by the IR) is `<role>_id` in Python (`value_identifier`):
@@ -11,6 +12,8 @@ user's name, `%alpha`, made unique by the IR) is `<role>_id` in Python (`value_i
 those rows live in (`VALUE_ROLES`). The IR's ids are unique and a role is the text before
 the first `_`, so the map is one-to-one; and no name of the generator's own (`g0`, `v0`,
 `seg`, `n_e`, `workspace`, ...) starts with a role and `_`, so none collides with a value's.
+GPU kernels use the same `t_8` for the parameter holding `%8` (their own names are `gid`,
+`v1`, `acc2`, `graph_in_indptr`, `partials`, ...).
 """
 import keyword
 import re

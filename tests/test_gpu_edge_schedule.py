@@ -10,6 +10,7 @@ import pytest
 
 import ngnn as ng
 from ngnn import datasets, nn
+from ngnn.naming import value_identifier
 from ngnn import transformers as ngt
 from ngnn.transformers.gpu.kernels import loop_order
 from ngnn.transformers.gpu.schedule import CHUNK, EdgeSchedule, edge_schedule
@@ -280,8 +281,7 @@ def test_one_walk_writes_edge_and_vertex_outputs_and_edge_values_are_read_in_loo
     kernels = comp.executor.kernels
     (writer,) = [k for k in kernels if op in k.outputs]
     assert {o.scope for o in writer.outputs} == {"e", "n"}     # the edge value and its sum
-    name = "out" if writer.outputs[0] is op else \
-        re.search(r"(out_\d+)\[k \* 4 \+ f\]", sources[writer.name]).group(1)
+    name = value_identifier(comp.value_names[op])
     assert re.search(rf"\b{name}\[k \* 4 \+ f\]", sources[writer.name])
     readers = [k for k in kernels if op in k.inputs]
     assert readers and all(k.walk[0].at == "src" for k in readers)

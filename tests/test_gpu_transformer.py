@@ -118,12 +118,13 @@ def test_executor_kernels_are_named_after_ops_in_launch_order(gpu):
     group = comp.executor
     assert isinstance(group, GPUKernelGroup)
     assert all(isinstance(k, GPUKernel) for k in group.kernels)
-    assert [k.name for k in group.kernels] == ["gemm_hidden_layer", "softmax_probs",
-                                               "reduce_sum"]
+    assert [k.name for k in group.kernels] == ["gemm_t_hidden_layer", "softmax_t_probs",
+                                               "reduce_t_1"]
+    assert "%1 : Float32[] = sum(%probs" in comp.ir      # the IR's names: %1 is t_1
     source = comp.source
     assert [source.index(f"void {k.name}(") for k in group.kernels] == \
         sorted(source.index(f"void {k.name}(") for k in group.kernels)
-    assert "in_weight" in source and "in_features" in source
+    assert "t_weight" in source and "t_features" in source
 
 
 def test_source_for_both_dialects(gpu):

@@ -10,8 +10,8 @@ from ngnn.transformers.gpu.report import edges_per_work_group
 
 GPU = "gpu" in ngt.transformer_choices()
 needs_gpu = pytest.mark.skipif(not GPU, reason="no GPU runtime (OpenCL or CUDA) here")
-KEYS = ["name", "template", "group", "launches", "work_groups", "max_edges", "mean_edges",
-        "global_bytes", "seconds"]
+KEYS = ["name", "values", "template", "group", "launches", "work_groups", "max_edges",
+        "mean_edges", "global_bytes", "seconds"]
 
 
 def star(leaves):

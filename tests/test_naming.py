@@ -176,6 +176,21 @@ def test_a_user_named_op_keeps_its_name_in_the_ir_source_memory_plan_and_simulat
         assert "%alpha" in [step.name for step in simulate.predict(comp, topology).ops]
 
 
+def attention_step(g, labels=()):
+    """(results, placeholder) of an attention-like step over graph `g`: its values, in
+    order, carry `labels` as names (the generator's own names, in the tests)."""
+    x = ng.placeholder((g.num_nodes, 3), name="x")
+    scores = ng.dot(x, ng.constant(np.ones((3, 1), np.float32)))
+    edge = ng.gather(scores, g, "src") + ng.gather(scores, g, "dst")
+    ops = [scores, edge, ng.exp(edge), ng.aggregate(ng.exp(edge), g, "dst", "sum")]
+    ops.append(ng.aggregate(ng.exp(edge) * ng.gather(x, g, "src"), g, "dst", "sum"))
+    ops.append(ops[-1] / (ops[-2] + 1.0))
+    ops += [ng.sum(ops[-1] * ops[-1])]
+    for op, label in zip(ops, labels):
+        op.name = label
+    return ops[-2:], x
+
+
 def test_user_names_equal_to_generated_names_do_not_collide():
     """Users may call values what the generator calls its own: numbers, `t_0`, `b_1`,
     `step`, `np`, `K`, `v0`, `seg`, `fusedGraph1`. The step still computes what the
@@ -184,24 +199,10 @@ def test_user_names_equal_to_generated_names_do_not_collide():
     n = 20
     g = ng.Graph.from_edges(rng.integers(0, n, 80), rng.integers(0, n, 80), n)
     labels = ["0", "t_0", "b_1", "1", "step", "np", "K", "v0", "seg", "fusedGraph1", "w_2"]
-
-    def step(named):
-        x = ng.placeholder((n, 3), name="x")
-        scores = ng.dot(x, ng.constant(np.ones((3, 1), np.float32)))
-        edge = ng.gather(scores, g, "src") + ng.gather(scores, g, "dst")
-        ops = [scores, edge, ng.exp(edge), ng.aggregate(ng.exp(edge), g, "dst", "sum")]
-        ops.append(ng.aggregate(ng.exp(edge) * ng.gather(x, g, "src"), g, "dst", "sum"))
-        ops.append(ops[-1] / (ops[-2] + 1.0))
-        ops += [ng.sum(ops[-1] * ops[-1])]
-        if named:
-            for op, label in zip(ops, labels):
-                op.name = label
-        return ops[-2:], x
-
     xv = rng.normal(size=(n, 3)).astype(np.float32)
     with ngt.make_transformer("numpy") as t:
-        plain = t.computation(*step(False))
-        named = t.computation(*step(True))
+        plain = t.computation(*attention_step(g))
+        named = t.computation(*attention_step(g, labels))
         for a, b in zip(plain(xv), named(xv)):
             np.testing.assert_allclose(a, b, rtol=1e-6)
         names = named.value_names

@@ -12,10 +12,11 @@ import re
 import numpy as np
 
 from ngnn import philox
-from ngnn.naming import Namer, sanitize
+from ngnn.naming import Namer, value_identifier
 from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, Dropout, EdgeSoftmax,
                            ElementWise, Gather, Max, Mean, Min, OneHot, Reduction, Reshape, Slice,
                            Transpose)
+from ngnn.op_graph.printer import IRNames, op_comment
 
 from .schedule import edge_schedule
 
@@ -33,9 +34,11 @@ def ctype(dtype):
 
 
 def literal(value, dtype):
-    """`value` as C source of type `dtype` (float literals keep float precision)."""
+    """`value` as C source of type `dtype`; a float in its dtype's shortest digits that
+    read back as the same value (`0.2f`, not `0.20000000298023224f`), as the IR prints it."""
     dtype = np.dtype(dtype)
-    value = np.asarray(value, dtype=dtype).item()
+    exact = np.asarray(value, dtype=dtype)[()]
+    value = exact.item()
     if dtype.kind == "f":
         single = dtype == np.float32
         if np.isnan(value):
@@ -44,7 +47,7 @@ def literal(value, dtype):
             sign = "-" if value < 0 else ""
             return (f"UINT_AS_FLOAT(0x{'ff' if sign else '7f'}800000u)" if single
                     else f"({sign}1.0 / 0.0)")
-        text = repr(float(value))
+        text = str(exact)       # NumPy's shortest round-trip digits for the dtype
         return f"{text}f" if single else text
     if dtype.kind == "b":
         return "1" if value else "0"
@@ -60,6 +63,31 @@ def attribute_literals(op):
     real = op.dtype if op.dtype.kind == "f" else np.float32
     return {name: literal(v, real if isinstance(v, float) else np.int64)
             for name, v in values.items() if isinstance(v, (int, float))}
+
+
+def operand(expr):
+    """`expr` as an operand of a template's operators: bare where it is one token (a
+    variable, a literal), else parenthesized (a negative literal after a unary minus)."""
+    return expr if re.fullmatch(r"\w[\w.]*(?:[eE][-+]\d+f?)?", expr) else f"({expr})"
+
+
+def converted(expr, dtype, to):
+    """C for `expr`, a value of `dtype`, as a value of `to`: cast only where their C types
+    differ."""
+    t = ctype(to)
+    return operand(expr) if ctype(dtype) == t else f"(({t}){expr})"
+
+
+def unwrapped(expr):
+    """`expr` without the parentheses around all of it, if it has them."""
+    if not expr.startswith("("):
+        return expr
+    depth = 0
+    for i, c in enumerate(expr):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0:
+            return expr[1:-1] if i == len(expr) - 1 else expr
+    return expr
 
 
 def extreme(dtype, largest):
@@ -125,12 +153,20 @@ class ReadAcrossWorkGroups(Exception):
 
 class KernelParams:
     """The parameters one kernel needs: stored tensors it reads, graph index arrays, and
-    whether it needs the call number (`step`, for dropout masks)."""
+    whether it needs the call number (`step`, for dropout masks).
 
-    def __init__(self, plan, computed, taken=()):
+    A value keeps the IR's name: `%8` is the C parameter `t_8` (ngnn.naming's
+    value_identifier; `names` is the computation's IRNames), and each statement computing
+    an op is commented with the IR's statement of it (`comment`)."""
+
+    def __init__(self, plan, computed, names=None, recomputed=()):
         self.plan = plan
         self.computed = computed  # ops this kernel computes in registers
-        self.namer = Namer(taken=taken)
+        self.names = names if names is not None else IRNames()
+        self.recomputed = set(recomputed)   # ops the IR marks recomputed in this group
+        self.commented = set()    # ops a statement of this kernel has computed
+        # Its own names (graph_*, sparse_*, partials) never start with a value's `t_`.
+        self.namer = Namer()
         self.tensors = {}         # base op -> C name
         self.graph_arrays = {}    # (graph, attribute) -> C name
         self.sparse_arrays = {}   # (sparse placeholder, part) -> C name
@@ -151,9 +187,22 @@ class KernelParams:
         if base in self.written:
             return self.written[base]
         if base not in self.tensors:
-            # Prefixed so no tensor name can shadow a C function such as exp or max.
-            self.tensors[base] = self.namer(f"in_{sanitize(base.name or base.op_name)}")
+            self.tensors[base] = self.identifier(base)
         return self.tensors[base]
+
+    def identifier(self, op):
+        """The C name of value `op`: `t_8` for the IR's `%8` (prefixed, so no value's name
+        shadows a C function such as exp, or a name of the generator's own)."""
+        return value_identifier(self.names[op])
+
+    def comment(self, op):
+        """The comment ending each statement that computes `op`: the IR's statement
+        (`// %8 = divide(%6, %7)`), marked recomputed where the IR marks it or where an
+        earlier statement of this kernel computed it already. Asked once per computation
+        of `op`, for all its statements."""
+        again = op in self.recomputed or op in self.commented
+        self.commented.add(op)
+        return f"// {op_comment(op, self.names)}" + ("  // recomputed" if again else "")
 
     def is_stored(self, op):
         return op not in self.computed
@@ -315,10 +364,12 @@ class Block:
     def emit(self, line):
         self.lines.append(line)
 
-    def declare(self, dtype, expr, prefix="v"):
+    def declare(self, dtype, expr, prefix="v", comment=None):
+        """A new variable of `dtype` holding `expr`; `comment` (KernelParams.comment) says
+        which op the statement computes."""
         name = self.params.fresh(prefix)
         self.params.note_dtype(dtype)
-        self.emit(f"{ctype(dtype)} {name} = {expr};")
+        self.emit(f"{ctype(dtype)} {name} = {expr};" + (f"  {comment}" if comment else ""))
         return name
 
     def _lookup(self, key):
@@ -398,8 +449,10 @@ class Block:
             (x,) = op.args
             value = yield self.value_steps(x, coords)
             if op.dtype == np.bool_:
-                return self.declare(op.dtype, f"(({value}) != 0)")
-            return self.declare(op.dtype, f"({ctype(op.dtype)})({value})")
+                return self.declare(op.dtype, f"{operand(value)} != 0",
+                                    comment=self.params.comment(op))
+            return self.declare(op.dtype, converted(value, x.dtype, op.dtype),
+                                comment=self.params.comment(op))
         if isinstance(op, Dropout):
             x = yield self.value_steps(op.args[0], coords)
             return self.dropout(op, x, self.mask_position(op, coords))
@@ -408,9 +461,9 @@ class Block:
             fields = attribute_literals(op)
             for name, a in zip(("x", "y"), op.args):
                 arg = yield self.value_steps(a, broadcast_coords(coords, a.shape, op.shape))
-                fields[name] = f"(({t}){arg})"
+                fields[name] = converted(arg, a.dtype, op.dtype)
             expr = in_precision(op.c.format(out_ctype=t, **fields), op.dtype)
-            return self.declare(op.dtype, f"({t})({expr})")
+            return self.declare(op.dtype, unwrapped(expr), comment=self.params.comment(op))
         if isinstance(op, Broadcast):
             (x,) = op.args
             return (yield self.value_steps(x, broadcast_coords(coords, x.shape, op.shape)))
@@ -451,7 +504,8 @@ class Block:
         if isinstance(op, OneHot):
             label = yield self.value_steps(op.args[0], coords[:-1])
             return self.declare(op.dtype, f"({label} == ({coords[-1]})) ? "
-                                f"{literal(1, op.dtype)} : {literal(0, op.dtype)}")
+                                f"{literal(1, op.dtype)} : {literal(0, op.dtype)}",
+                                comment=self.params.comment(op))
         raise TypeError(f"the GPU transformer cannot compute {type(op).__name__} inline")
 
     def end_vertex(self, graph, end, eid):
@@ -478,24 +532,27 @@ class Block:
         return (yield self.edge_reduction_steps(EdgeReduction.of_aggregate(op), coords[0],
                                                 coords[1:]))
 
-    def edge_reduction_steps(self, reduction, vertex, rest):
+    def edge_reduction_steps(self, reduction, vertex, rest, comment=None):
         """`reduction` (an EdgeReduction) of `vertex`'s edges at feature coordinates
         `rest`: a loop over the edges, or, for a heavy row of the graph's schedule, a fold
         of its chunks' partials in chunk order (computed by a partial kernel before this
-        one). Computed once per block and coordinates."""
+        one). Computed once per block and coordinates; its statements end with `comment`,
+        by default the comment of the op it reduces for."""
         key = ("edge reduction", reduction.key, vertex, tuple(rest))
         found = self._lookup(key)
         if found is not None:
             return found
+        comment = comment or self.params.comment(reduction.key[0])
         t = ctype(reduction.dtype)
         acc = self.params.fresh("acc")
         pre = Block(self.params, self, self.indent)
         self.params.note_dtype(reduction.dtype)
-        pre.emit(f"{t} {acc} = {reduction.identity()};")
+        pre.emit(f"{t} {acc} = {reduction.identity()};  {comment}")
         body, eid, (start, end), close = self.edge_loop(reduction.graph, reduction.at,
                                                         vertex, pre)
         value = yield reduction.edge_steps(body, eid, vertex, rest)
-        body.emit(reduction.fold(acc, f"(({t}){value})"))
+        body.emit(f"{reduction.fold(acc, converted(value, reduction.edge_dtype, reduction.dtype))}"
+                  f"  {comment}")
         heavy = None
         schedule = edge_schedule(reduction.graph, reduction.at)
         if schedule.has_heavy_rows:
@@ -506,11 +563,12 @@ class Block:
             feature = flat_index(rest, reduction.features)
             heavy = (f"{row_chunks}[{vertex} + 1] > {row_chunks}[{vertex}]",
                      [f"{acc} = {partials}[{row_chunks}[{vertex}] * {reduction.size} + "
-                      f"{feature}];"])
+                      f"{feature}];  {comment}"])
         close(heavy)
         final = f"{acc} / ({t})({end} - {start})" if reduction.reduce == "mean" else acc
         result = self.declare(reduction.dtype,
-                              f"{end} > {start} ? {final} : {literal(0, reduction.dtype)}")
+                              f"{end} > {start} ? {final} : {literal(0, reduction.dtype)}",
+                              comment=comment)
         self.cache[key] = result
         return result
 
@@ -528,21 +586,24 @@ class Block:
                     for i in range(x.ndim)]
         acc = self.params.fresh("acc")
         self.params.note_dtype(op.dtype)
+        comment = self.params.comment(op)
         if isinstance(op, Max):     # Min subclasses Max
             better = "<" if isinstance(op, Min) else ">"
-            self.emit(f"{t} {acc} = {extreme(op.dtype, largest=isinstance(op, Min))};")
+            self.emit(f"{t} {acc} = {extreme(op.dtype, largest=isinstance(op, Min))};  "
+                      f"{comment}")
         else:
-            self.emit(f"{t} {acc} = {literal(0, op.dtype)};")
+            self.emit(f"{t} {acc} = {literal(0, op.dtype)};  {comment}")
         body = self.child()
         body.counter = r
-        value = f"(({t}){(yield body.value_steps(x, x_coords))})"
-        body.emit(f"{acc} = {keeps_nan(value, better, acc)};" if isinstance(op, Max)
-                  else f"{acc} += {value};")
+        value = converted((yield body.value_steps(x, x_coords)), x.dtype, op.dtype)
+        body.emit((f"{acc} = {keeps_nan(value, better, acc)};" if isinstance(op, Max)
+                   else f"{acc} += {value};") + f"  {comment}")
         self.emit(f"for (int {r} = 0; {r} < {count}; ++{r}) {{")
         self.nest(body)
         self.emit("}")
         if isinstance(op, Mean):
-            return self.declare(op.dtype, f"{acc} / {literal(max(count, 1), op.dtype)}")
+            return self.declare(op.dtype, f"{acc} / {literal(max(count, 1), op.dtype)}",
+                                comment=comment)
         if isinstance(op, Max) and not count:
             return literal(0, op.dtype)
         return acc
@@ -556,12 +617,14 @@ class Block:
             vertex, outer = loop[3], loop[4]
         else:
             vertex, outer = self.end_vertex(op.graph, op.at, eid), self
+        comment = self.params.comment(op)
         peak, total = EdgeReduction.softmax_statistics(op)
-        peak = yield outer.edge_reduction_steps(peak, vertex, rest)
-        total = yield outer.edge_reduction_steps(total, vertex, rest)
+        top = yield outer.edge_reduction_steps(peak, vertex, rest, comment)
+        sum_ = yield outer.edge_reduction_steps(total, vertex, rest, comment)
         x = yield self.value_steps(op.args[0], coords)
-        t = ctype(op.dtype)
-        return self.declare(op.dtype, f"exp(({t}){x} - {peak}) / ({t}){total}")
+        return self.declare(op.dtype, f"exp({converted(x, op.args[0].dtype, op.dtype)} - "
+                            f"{top}) / {converted(sum_, total.dtype, op.dtype)}",
+                            comment=comment)
 
     def mask_position(self, op, coords):
         """The element's dropout position: row-major, or for a dropout keyed by row ids
@@ -578,46 +641,54 @@ class Block:
         Philox4x64 exactly as ngnn.philox draws it for the NumPy transformer (and with its
         arithmetic: x times the scale, then times 0 or 1)."""
         self.params.uses_step = True
+        comment = self.params.comment(op)
         keep = self.declare(np.int32, f"philox_word({op.seed}UL, (ulong)({flat}), "
-                            f"(ulong)step) >= {philox.keep_threshold(op.rate)}u", "keep")
+                            f"(ulong)step) >= {philox.keep_threshold(op.rate)}u", "keep",
+                            comment)
         t = ctype(op.dtype)
-        scaled = f"(({t}){x} * {literal(philox.keep_scale(op.rate, op.dtype), op.dtype)})"
-        return self.declare(op.dtype, f"{scaled} * ({t}){keep}")
+        scaled = f"({converted(x, op.args[0].dtype, op.dtype)} * " \
+            f"{literal(philox.keep_scale(op.rate, op.dtype), op.dtype)})"
+        return self.declare(op.dtype, f"{scaled} * ({t}){keep}", comment=comment)
 
 
 class EdgeReduction:
     """A reduction over each vertex's edges, computed inline: `key` names it (one partial
     kernel per key), `edge_steps(body, eid, vertex, rest)` is the steps computing the
     edge's value inside a loop `body` over `vertex`'s edges, at feature coordinates `rest`
-    of `features`; sums, means, maxima and minima fold in `dtype`."""
+    of `features`, in `edge_dtype` (by default `dtype`); sums, means, maxima and minima fold
+    in `dtype`."""
 
-    def __init__(self, key, graph, at, reduce, dtype, features, edge_steps):
+    def __init__(self, key, graph, at, reduce, dtype, features, edge_steps, edge_dtype=None):
         self.key, self.graph, self.at, self.reduce = key, graph, at, reduce
         self.dtype, self.features, self.edge_steps = np.dtype(dtype), tuple(features), edge_steps
+        # The dtype of the values edge_steps gives, which a fold converts where it differs.
+        self.edge_dtype = self.dtype if edge_dtype is None else np.dtype(edge_dtype)
         self.size = int(np.prod(self.features, dtype=np.int64))
 
     @classmethod
     def of_aggregate(cls, op):
         def edge_steps(body, eid, vertex, rest):
             return (yield body.value_steps(op.args[0], (eid,) + tuple(rest)))
-        return cls((op,), op.graph, op.at, op.reduce, op.dtype, op.shape[1:], edge_steps)
+        return cls((op,), op.graph, op.at, op.reduce, op.dtype, op.shape[1:], edge_steps,
+                   op.args[0].dtype)
 
     @classmethod
     def softmax_statistics(cls, op):
         """An edge softmax's per-vertex max and sum of exp(x - max) (in double, rounded
         once: ngnn.passes.WideAccumulation)."""
-        t = ctype(op.dtype)
         x = op.args[0]
 
         def value(body, eid, vertex, rest):
             return (yield body.value_steps(x, (eid,) + tuple(rest)))
-        peak = cls((op, "max"), op.graph, op.at, "max", op.dtype, op.shape[1:], value)
+        peak = cls((op, "max"), op.graph, op.at, "max", op.dtype, op.shape[1:], value,
+                   x.dtype)
 
         def shifted(body, eid, vertex, rest):
             top = yield body.loop[4].edge_reduction_steps(peak, vertex, rest)
             edge = yield body.value_steps(x, (eid,) + tuple(rest))
-            return f"exp(({t}){edge} - {top})"
-        total = cls((op, "sum"), op.graph, op.at, "sum", np.float64, op.shape[1:], shifted)
+            return f"exp({converted(edge, x.dtype, op.dtype)} - {top})"
+        total = cls((op, "sum"), op.graph, op.at, "sum", np.float64, op.shape[1:], shifted,
+                    op.dtype)
         return peak, total
 
     def identity(self):

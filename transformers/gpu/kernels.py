@@ -3,8 +3,12 @@
 `GPUKernelGenerator.kernel_for(root, step)` dispatches on the root's type (ngraph's
 `GPUKernelGroup.add_kernel`); every generator reads its inputs through `Block.value`, so
 the ops the kernel plan inlines are computed in registers, and ElementWiseKernel (any op
-evaluable per element, plus everything inlined into it) is the default. A kernel of a
-fused group is named after it (`fusedGraph3_sum`).
+evaluable per element, plus everything inlined into it) is the default.
+
+Kernels name values as the IR does (ngnn/naming.py): the kernel writing `%8` of fused
+group fusedGraph3 is `fusedGraph3_t_8` (outside a group its template's prefix, `ew_t_8`),
+its output parameter `t_8`, an input `%3` the parameter `t_3`; every statement computing
+an op ends with the IR's statement of it (`// %8 = divide(%6, %7)`).
 """
 import re
 from collections import namedtuple
@@ -12,17 +16,19 @@ from collections import namedtuple
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
-from ngnn.naming import Namer, sanitize
+from ngnn.naming import Namer, value_identifier
 from ngnn import philox
 from ngnn.op_graph import (Aggregate, Communication, Concat, Dot, EdgeSoftmax, LogSoftmax,
                            MasterBroadcast, Max, Mean, Min, MirrorReduce, Op, ReadoutAllReduce,
                            Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
 from ngnn.op_graph.layout import slice_length
+from ngnn.op_graph.printer import IRNames, op_comment
 from ngnn.op_graph.sparse import sparse_source
 from ngnn.passes import KernelGroup
 
-from .expressions import (Block, KernelParams, ReadAcrossWorkGroups, broadcast_coords, ctype,
-                          evaluate, extreme, flat_index, keeps_nan, literal, unravel)
+from .expressions import (Block, KernelParams, ReadAcrossWorkGroups, broadcast_coords,
+                          converted, ctype, evaluate, extreme, flat_index, keeps_nan, literal,
+                          unravel)
 from .runtime import template_environment
 from .schedule import edge_schedule
 
@@ -103,12 +109,18 @@ class GPUKernel:
     schedule's index array), ("sparse", placeholder, part), ("scratch", ChunkPartials) or
     ("step",). A kernel writes `outputs` (a per-vertex kernel of a group may write
     several); a partial kernel's output is its ChunkPartials (`partials`); `walk` is the
-    edge schedule its work-groups follow and how ("vertex", "edge" or "partial")."""
+    edge schedule its work-groups follow and how ("vertex", "edge" or "partial").
+    `out` is the C name of the (first) output, `values` the IR names of the values it
+    computes (a partial kernel: the reduction's) and `comment` the program's comment
+    above it."""
 
     def __init__(self, name, op, template, fields, params, global_size, local_size,
-                 partials=None, walk=None, outputs=None):
+                 partials=None, walk=None, outputs=None, out="out", values=(), comment=""):
         self.name = name
         self.op = op
+        self.out = out
+        self.values = list(values)
+        self.comment = comment
         self.outputs = [] if partials else list(outputs or [op])
         self.template = template
         self.fields = fields
@@ -126,7 +138,7 @@ class GPUKernel:
             [("sparse", p, part) for p, part in params.sparse_arrays] + \
             [("scratch", b) for b in params.scratch] + \
             ([("step",)] if params.uses_step else [])
-        decls = [f"GLOBAL {ctype(out_dtype)}* RESTRICT out"]
+        decls = [f"GLOBAL {ctype(out_dtype)}* RESTRICT {out}"]
         decls += ["GLOBAL int* RESTRICT arrivals"] if partials else []
         decls += [f"GLOBAL {ctype(o.dtype)}* RESTRICT {params.written[o]}"
                   for o in self.outputs[1:]]
@@ -145,7 +157,7 @@ class GPUKernel:
     def render(self, dialect):
         template = template_environment().get_template(self.template)
         return template.render(dialect=dialect, name=self.name, params=self.signature,
-                               out="out", **self.fields).strip("\n")
+                               out=self.out, **self.fields).strip("\n")
 
     def global_bytes(self):
         """Bytes this kernel moves to and from global memory, as a perfectly cached run
@@ -270,9 +282,13 @@ def loop_order(plan, results):
 
 
 class GPUKernelGenerator(TypeDispatched):
-    def __init__(self, plan, results=()):
+    """`names`: the computation's IRNames (Computation.value_names), which kernel names,
+    parameters and comments use."""
+
+    def __init__(self, plan, results=(), names=None):
         self.plan = plan
         self.layout = loop_order(plan, results)
+        self.names = names if names is not None else IRNames()
         self.namer = Namer()
         self.step = None
         self.partial_buffers = {}     # (reduction key, graph, at, inlined ops) -> ChunkPartials
@@ -326,7 +342,8 @@ class GPUKernelGenerator(TypeDispatched):
         group = self.step if isinstance(self.step, KernelGroup) else None
         if computed is None:
             computed = group.inlined if group else set()
-        params = KernelParams(self.plan, computed, taken=("out",))
+        params = KernelParams(self.plan, computed, self.names,
+                              group.recomputed if group else ())
         params.layout = self.layout
         params.partial_kernels = self.partial_buffer
         return params
@@ -337,8 +354,18 @@ class GPUKernelGenerator(TypeDispatched):
         group = self.step.group if isinstance(self.step, KernelGroup) else None
         prefix = group.name if group else prefix or PREFIXES[template]
         infix = "_partial" if template == "partial.j2" and group else ""
-        name = self.namer(f"{prefix}{infix}_{sanitize(op.name or op.op_name)}")
-        return GPUKernel(name, op, template, fields, params, global_size, local_size, **kinds)
+        name = self.namer(f"{prefix}{infix}_{params.identifier(op)}")
+        if kinds.get("partials"):
+            values = [self.names[op]]
+            comment = f"{name}: the partials of {op_comment(op, self.names)}"
+        else:
+            outputs = kinds.get("outputs") or [op]
+            values = [self.names[o] for o in outputs]
+            comment = "\n   ".join([f"{name}:"] + [op_comment(o, self.names)
+                                                     for o in outputs])
+        out = "out" if kinds.get("partials") else params.identifier(op)
+        return GPUKernel(name, op, template, fields, params, global_size, local_size,
+                         out=out, values=values, comment=comment, **kinds)
 
     def vertex_rows(self, ops, graph, at):
         """One kernel writing `ops` from one walk of the graph's edge schedule, one loop
@@ -354,7 +381,7 @@ class GPUKernelGenerator(TypeDispatched):
         schedule = edge_schedule(graph, at)
         params = self.params()
         edge_ops = [op for op in ops if op.scope == "e"]
-        outs = ["out"] + [params.namer("out") for _ in ops[1:]]
+        outs = [params.identifier(op) for op in ops]
         written = dict(zip(ops, outs)) if len(ops) > 1 else {}
         vertex_computed = set(params.computed) | set(edge_ops)
         # Partial kernels run before this one: they compute its outputs themselves.
@@ -444,7 +471,9 @@ class GPUKernelGenerator(TypeDispatched):
             if uses(text, "eid") else None
         fields = {"eids": eids, "features": reduction.size, "chunks": buffer.shape[0],
                   "hoisted": hoisted.text(), "edge_compute": block.text(), "acc_type": t,
-                  "init": reduction.identity(), "fold": reduction.fold("acc", f"(({t}){value})"),
+                  "init": reduction.identity(),
+                  "fold": reduction.fold("acc", converted(value, reduction.edge_dtype,
+                                                          reduction.dtype)),
                   "fold_partial": reduction.fold("acc", f"out[c * {reduction.size} + f]"),
                   "per_group": CHUNKS_PER_GROUP}
         fields.update({name: params.graph_array(schedule, name)
@@ -463,7 +492,7 @@ class GPUKernelGenerator(TypeDispatched):
         params = self.params()
         block = Block(params)
         value = block.compute(op, unravel("gid", op.shape))
-        block.emit(f"out[gid] = {value};")
+        block.emit(f"{params.identifier(op)}[gid] = {value};")
         return self.elementwise(op, params, block)
 
     def elementwise(self, op, params, block):
@@ -487,7 +516,7 @@ class GPUKernelGenerator(TypeDispatched):
             arg_coords = list(coords)
             arg_coords[op.axis] = f"({coords[op.axis]}) - {start}" if start else coords[op.axis]
             value = inner.value(x, arg_coords)
-            inner.emit(f"out[gid] = {value};")
+            inner.emit(f"{params.identifier(op)}[gid] = {value};")
             block.lines.extend("    " + line for line in inner.lines)
             start = stop
         block.emit("}")
@@ -511,10 +540,11 @@ class GPUKernelGenerator(TypeDispatched):
             inner_coords.append(f"(({c}) - {k.start}) / {k.step}")
         block.emit(f"if ({' && '.join(tests) or '1'}) {{")
         inner = block.child()
-        inner.emit(f"out[gid] = {inner.value(op.args[0], inner_coords)};")
+        out = params.identifier(op)
+        inner.emit(f"{out}[gid] = {inner.value(op.args[0], inner_coords)};")
         block.lines.extend("    " + line for line in inner.lines)
         block.emit("} else {")
-        block.emit(f"    out[gid] = {literal(0, op.dtype)};")
+        block.emit(f"    {out}[gid] = {literal(0, op.dtype)};")
         block.emit("}")
         return self.elementwise(op, params, block)
 
@@ -530,7 +560,7 @@ class GPUKernelGenerator(TypeDispatched):
         coords = [next(reduced_coords) if i in op.axes else next(kept_coords)
                   for i in range(x.ndim)]
         acc = ctype(op.dtype)
-        value = f"(({acc}){block.value(x, coords)})"
+        value = converted(block.value(x, coords), x.dtype, op.dtype)
         if isinstance(op, (Max, Min)):
             # Min subclasses Max in the op-graph, so test for Min.
             better = "<" if isinstance(op, Min) else ">"
@@ -562,7 +592,7 @@ class GPUKernelGenerator(TypeDispatched):
                   "out_index": flat_index(coords, op.shape)}
         for phase in ("max", "sum", "out"):
             block = Block(params, indent="        ")
-            fields[f"value_{phase}"] = f"(({fields['type']}){block.value(x, coords)})"
+            fields[f"value_{phase}"] = converted(block.value(x, coords), x.dtype, op.dtype)
             fields[f"body_{phase}"] = block.text()
         local = pow2_at_most(count, WORK_GROUP)
         fields["local"] = local
@@ -617,11 +647,14 @@ class GPUKernelGenerator(TypeDispatched):
             keyed = row if d.rows is None else f"{params.graph_array(*d.rows)}[{row}]"
             position = f"(ulong){keyed} * {x.shape[1]}UL + (ulong){col}"
             params.uses_step = True
+            comment = params.comment(d)
             keep = block.declare(np.int32, f"philox_word({d.seed}UL, {position}, "
-                                 f"(ulong)step) >= {philox.keep_threshold(d.rate)}u", "keep")
+                                 f"(ulong)step) >= {philox.keep_threshold(d.rate)}u", "keep",
+                                 comment)
             t = ctype(op.dtype)
             scale = literal(philox.keep_scale(d.rate, op.dtype), op.dtype)
-            value = block.declare(op.dtype, f"({t})({value} * {scale}) * ({t}){keep}")
+            value = block.declare(op.dtype, f"({value} * {scale}) * ({t}){keep}",
+                                  comment=comment)
         dense_value = block.value(dense, ["other", "j"])
         columns = op.shape[1]
         fields = {"ptr": ptr, "idx": idx, "columns": columns, "acc_type": ctype(op.dtype),

@@ -28,7 +28,7 @@ def kernel_report(executor):
         edges = edges_per_work_group(kernel)
         times = [launch.seconds() for launch in launches] if executor.called else [None]
         rows.append({
-            "name": kernel.name, "template": kernel.template,
+            "name": kernel.name, "values": kernel.values, "template": kernel.template,
             "group": executor.groups.get(kernel.op),
             "launches": len(launches), "work_groups": groups * len(launches),
             "max_edges": None if edges is None else int(edges.max(initial=0)),

@@ -197,8 +197,7 @@ def render_program(kernels, dialect):
     if dialect not in DIALECTS:
         raise ValueError(f"unknown kernel dialect {dialect!r}; expected one of {DIALECTS}")
     fp64 = any(k.uses_double for k in kernels)
-    parts = [{"comment": f"{k.name}: {k.op.op_name} {list(k.op.shape)} {k.op.dtype}",
-              "text": k.render(dialect)} for k in kernels]
+    parts = [{"comment": k.comment, "text": k.render(dialect)} for k in kernels]
     return template_environment().get_template("program.j2").render(
         dialect=dialect, fp64=fp64, kernels=parts)
 
@@ -448,8 +447,9 @@ class GPUComputation(Computation):
         return render_program(self.executor.kernels, dialect)
 
     def kernel_report(self):
-        """One dict per kernel, in launch order: what it is ("name", "template", "group":
-        the fused group it runs, or None), what one call launches ("launches",
+        """One dict per kernel, in launch order: what it is ("name", "values": the IR
+        names of the values it computes, "template", "group": the fused group it runs, or
+        None), what one call launches ("launches",
         "work_groups"), the most and the mean edges one work-group walks ("max_edges",
         "mean_edges"; None without an edge loop), the global memory it moves per call
         ("global_bytes", GPUKernel.global_bytes) and its device time in the last call
@@ -609,7 +609,7 @@ class GPUTransformer(Transformer):
 
     def transform_ordered_ops(self, computation):
         plan = computation.kernel_plan
-        generator = GPUKernelGenerator(plan, computation.results)
+        generator = GPUKernelGenerator(plan, computation.results, computation.value_names)
         kernels = [k for step in plan.steps
                    for k in generator.kernels_for(step, kernel_roots(step))]
         assigns = [op for op in computation.ordered_ops if isinstance(op, Assign)]
