@@ -118,9 +118,9 @@ class NumPyCodeGenerator(TypeDispatched):
     @generate_op.on_type(Aggregate)
     def generate_op(self, op, out, args):
         g = self.refs("graph", op.graph)
-        if op.reduce in ("sum", "mean"):
+        if op.combiner.linear:     # a sparse product with the incidence matrix
             return [f"K.aggregate_{op.reduce}({g}, {args[0]}, at={op.at!r}, out={out})"]
-        return [f"K.aggregate_extreme({g}, {args[0]}, at={op.at!r}, "
+        return [f"K.aggregate_segments({g}, {args[0]}, at={op.at!r}, "
                 f"reduce={op.reduce!r}, out={out})"]
 
     @generate_op.on_type(EdgeSoftmax)
