@@ -49,7 +49,7 @@ def insert_communication(results, view):
                 raise ValueError(f"distributed: an edge softmax over a readout graph ({op}) "
                                  "is not built over ranks; readouts over ranks are sum, "
                                  "mean and max")
-        elif isinstance(graph, MasterView) and isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
+        elif isinstance(graph, MasterView) and op.row_space is not None:    # a graph op
             op.forward = {Gather: gathered, Aggregate: synced,
                           EdgeSoftmax: synced_softmax}[type(op)](op)
         elif any(a in replicated for a in op.args) and \

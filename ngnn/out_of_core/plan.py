@@ -36,9 +36,9 @@ import numpy as np
 
 from ngnn.graph import Graph
 from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Constant, Divide, Dot,
-                           EdgeSoftmax, Exp, Gather, GraphOp, Mean, Multiply, Slice,
-                           SparseTransposedDot, StopGradient, Subtract, Sum, Transpose, Unslice,
-                           Variable, ordered_ops)
+                           EdgeSoftmax, Exp, Gather, Mean, Multiply, Slice, SparseTransposedDot,
+                           StopGradient, Subtract, Sum, Transpose, Unslice, Variable,
+                           ordered_ops)
 
 ROWS = ("n", "e")
 GRAPH_ROWS = "g"
@@ -52,7 +52,7 @@ def chunked_graphs(ops):
     """(the one graph the message-passing graph ops run over, the readout graphs): a
     computation with readouts alone chunks the rows of a graph without edges."""
     from ngnn.batch import ReadoutGraph
-    graphs = list(dict.fromkeys(op.graph for op in ops if isinstance(op, GraphOp)))
+    graphs = list(dict.fromkeys(op.graph for op in ops if op.row_space is not None))
     for g in graphs:
         if g.varies:
             raise ChunkingError(f"memory_budget: {g!r} is a slot whose edges change between "
@@ -215,7 +215,7 @@ class Plan:
                                     "needs a row per vertex")
         if isinstance(op, Gather):
             return "n"                    # by="src": row i is vertex i's row
-        if isinstance(op, Aggregate) and x.dtype.kind == "f":
+        if op.combiner is not None and x.dtype.kind == "f":       # an aggregation
             if op.at == "src":
                 return "n"                # each vertex has one edge, to its graph
             if op.reduce in ("sum", "max", "min"):
@@ -290,7 +290,7 @@ class Plan:
         return op.shape
 
     def is_readout_op(self, op):
-        return isinstance(op, GraphOp) and op.graph in self.readouts
+        return op.row_space is not None and op.graph in self.readouts
 
     def _refuse(self, op, why):
         raise ChunkingError(f"memory_budget: cannot run {op} ({op.op_name}, built at "

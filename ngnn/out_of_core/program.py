@@ -14,8 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ngnn.op_graph import (Aggregate, Constant, Gather, GraphOp, Placeholder, SparseDropout,
-                           ordered_ops)
+from ngnn.op_graph import Aggregate, Constant, Gather, Placeholder, SparseDropout, ordered_ops
 from ngnn.op_graph.combiners import COMBINERS
 from ngnn.origin import built_for
 
@@ -122,7 +121,7 @@ class ChunkedProgram:
         runs chunk by chunk: it has graph ops, and the chunk count is fixed or the
         unchunked plan needs more than the budget."""
         t = computation.transformer
-        if not any(isinstance(op, GraphOp) for op in computation.ordered_ops):
+        if not any(op.row_space is not None for op in computation.ordered_ops):
             return False
         return t.chunks is not None or plan_bytes(computation) > t.memory_budget
 

@@ -28,8 +28,8 @@ from ..op_graph import (Aggregate, AllReduce, Assign, Broadcast, Constant, Dot, 
                         EdgeSoftmax, Gather, LogSoftmax, MasterBroadcast, MirrorReduce,
                         Placeholder, Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum,
                         Variable)
-from ..op_graph.combiners import COMBINERS
 from ..passes.buffer_sharing import is_group
+from ..op_graph.combiners import COMBINERS
 
 LEAVES = (Placeholder, Variable, Constant)
 # NumPy functions priced by the device's transcendental rate where no curve says otherwise.
