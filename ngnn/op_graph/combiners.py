@@ -94,7 +94,7 @@ class Combiner:
         dtype = np.dtype(dtype)
         if dtype.kind in "iub" and np.isinf(self.identity):
             info = np.iinfo(dtype) if dtype.kind in "iu" else np.iinfo(np.uint8)
-            return info.max if self.identity > 0 else info.min
+            return dtype.type(info.max if self.identity > 0 else info.min)
         return dtype.type(self.identity)
 
     @property

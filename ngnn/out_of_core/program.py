@@ -274,7 +274,8 @@ class StageRunner:
         for o in stage.outputs:
             space = plan.space[o]
             if o in plan.partial:       # folded from partial results by its table row
-                host[o] = np.full(plan.stage_shape(o), partial_combiner(o).identity, o.dtype)
+                host[o] = np.full(plan.stage_shape(o), partial_combiner(o).identity_in(o.dtype),
+                                  o.dtype)
             elif space in ROWS and stage.kind in ("vertex", "edge"):
                 host[o] = np.empty(o.shape, o.dtype)
         if stage.kind == "vertex":

@@ -6,7 +6,7 @@ more than a template have a `generate_op` method here, chosen by op type.
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
-from ngnn.op_graph import (AllReduce, Aggregate, Concat, Constant, Dropout, EdgeSoftmax, Gather, LogSoftmax,
+from ngnn.op_graph import (AllReduce, Aggregate, Concat, Dropout, EdgeSoftmax, Gather, LogSoftmax,
                            MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce, Softmax,
                            SparseDot, SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
@@ -143,4 +143,4 @@ def literal(value, dtype):
 
 def is_scalar_constant(op):
     """A constant of one value, written as a literal where it is read."""
-    return isinstance(op, Constant) and op.value.ndim == 0
+    return op.is_constant and op.value.ndim == 0
