@@ -8,6 +8,9 @@
         the communication ops, a synced aggregation, its gradient and a keyed dropout
         on BACKEND, against the whole graph's values; the adjoint identities
         sum_r <B x, y> = sum_r <x, R y> over ranks.
+    mpiexec -n K python tests/distributed_driver.py prod
+        a product aggregation (a kind of the reduction table) over the ranks against the
+        whole graph's, on NumPy.
     mpiexec -n 4 python tests/distributed_driver.py bytes
         trains GCN on an R-MAT graph for 2 epochs; reports the bytes sent per epoch.
     mpiexec -n 2 python tests/distributed_driver.py fail
@@ -125,6 +128,29 @@ def communication_ops(backend):
             for k, v in errors.items()}
 
 
+def product_aggregation():
+    import ngnn as ng
+    comm = dist.world()
+    rank = comm.Get_rank()
+    g = datasets.synthetic("rmat", 200, 5, 1, 2, seed=4).graph
+    part = dist.partition(g, comm.Get_size(), "cvc").part(rank)
+    view = dist.LocalGraph.from_part(part, dist.Exchange(comm, part)).masters
+    # Factors near 1, a few exactly 0: products of hundreds of edges stay in range.
+    whole_x = np.random.default_rng(1).uniform(0.9, 1.1, (g.num_nodes, 3))
+    whole_x[::17, 0] = 0
+    masters = part.nodes[:part.num_masters]
+    pm = ng.placeholder((len(masters), 3), dtype=np.float64, name="xm")
+    prod = ng.aggregate(ng.gather(pm, view, by="src"), view, at="dst", reduce="prod")
+    dist.insert_communication([prod], view)
+    with ngt.make_transformer("numpy") as t:
+        got = t.computation(prod.forwarded, pm)(whole_x[masters])
+    whole = np.ones((g.num_nodes, 3))
+    np.multiply.at(whole, g.dst, whole_x[g.src])
+    whole[g.in_degrees == 0] = 0
+    error = np.abs(got - whole[masters]).max(initial=0) / np.abs(whole).max()
+    return {"prod": comm.allreduce(float(error), op=__import__("mpi4py").MPI.MAX)}
+
+
 def bytes_per_epoch():
     data = datasets.synthetic("rmat", 2000, 8, 16, 4, seed=2)
     parts = dist.partition(data.graph, dist.world().Get_size(), "cvc")
@@ -160,6 +186,8 @@ if __name__ == "__main__":
         result = equal(*sys.argv[2:4], int(sys.argv[4]), *sys.argv[5:])
     elif what == "ops":
         result = communication_ops(sys.argv[2])
+    elif what == "prod":
+        result = product_aggregation()
     else:
         result = bytes_per_epoch()
     if dist.world().Get_rank() == 0:

@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from ngnn.op_graph.combiners import COMBINERS
+
 # A waiting rank polls, then sleeps FIRST_PAUSE, doubling each time up to LONGEST_PAUSE
 # (ngnn.simulate prices the wake-up from the same schedule).
 FIRST_PAUSE, LONGEST_PAUSE = 1e-5, 1e-3
@@ -123,10 +125,9 @@ class Exchange:
                          {q: len(rows) for q, rows in receives.items()}, x.dtype,
                          x.shape[1:], kind)
         np.copyto(out, x[:self.num_masters])
-        combine = {"sum": np.add, "max": np.maximum, "min": np.minimum}[reduce]
+        combiner = COMBINERS[reduce]
         for q in sorted(got):
-            rows = receives[q]
-            out[rows] = combine(out[rows], got[q])
+            combiner.fold(out, receives[q], got[q])
         return out
 
     def broadcast(self, x, out, plan=None, kind="sync"):

@@ -19,6 +19,7 @@ import numpy as np
 
 from ngnn.batch import ReadoutGraph
 from ngnn.graph import Graph, _readonly
+from ngnn.op_graph.combiners import COMBINERS
 
 
 class LocalGraph(Graph):
@@ -101,11 +102,12 @@ class LocalGraph(Graph):
             return self.exchange.reduce(x, reduce, out)
         active = self.active(at)
         plan = self.exchange.restricted((id(self), at), active)
-        if reduce != "sum":
+        combiner = COMBINERS[reduce]
+        if combiner.identity != 0:    # a copy without edges holds 0, no partial result
             x = np.array(x)
-            x[~active] = -np.inf if reduce == "max" else np.inf
+            x[~active] = combiner.identity_in(x.dtype)
         self.exchange.reduce(x, reduce, out, plan)
-        if reduce != "sum":
+        if combiner.identity != 0:
             whole = self.global_in_degrees if at == "dst" else self.global_out_degrees
             out[whole[:self.num_masters] == 0] = 0
         return out
@@ -155,15 +157,15 @@ class RankReadoutGraph(ReadoutGraph):
         graphs = self.num_dst
         every = self.exchange.allgather(x[:graphs])
         np.copyto(out, x)
-        if reduce == "sum":
+        combiner = COMBINERS[reduce]
+        if combiner.identity == 0:
             total = every[0].copy()
             for partial in every[1:]:
                 total += partial
-        else:
-            pick = np.maximum if reduce == "max" else np.minimum
-            total = np.full(every.shape[1:], -np.inf if reduce == "max" else np.inf, x.dtype)
+        else:       # over the ranks that hold vertices of the graph
+            total = np.full(every.shape[1:], combiner.identity_in(x.dtype), x.dtype)
             for holds, partial in zip(self.holds, every):
-                total[holds] = pick(total[holds], partial[holds])
+                combiner.fold(total, holds, partial[holds])
             total[self.graph_sizes == 0] = 0       # no vertices anywhere: 0, as one process
         out[:graphs] = total
         return out

@@ -49,7 +49,7 @@ def insert_communication(results, view):
                 raise ValueError(f"distributed: an edge softmax over a readout graph ({op}) "
                                  "is not built over ranks; readouts over ranks are sum, "
                                  "mean and max")
-        elif isinstance(graph, MasterView) and isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
+        elif isinstance(graph, MasterView) and op.row_space is not None:    # a graph op
             op.forward = {Gather: gathered, Aggregate: synced,
                           EdgeSoftmax: synced_softmax}[type(op)](op)
         elif any(a in replicated for a in op.args) and \
@@ -75,8 +75,8 @@ def gathered(op):
 
 def synced(op):
     e, local, at = op.args[0], op.graph.local, op.at
-    whole = reduced(e, local, at, "sum" if op.reduce == "mean" else op.reduce)
-    if op.reduce != "mean":
+    whole = reduced(e, local, at, op.combiner.partial_combiner.name)
+    if not op.combiner.divides:
         return whole
     degrees = op.graph.vertex_degrees("in" if at == "dst" else "out")
     divisor = np.maximum(degrees, 1).astype(whole.dtype).reshape((-1,) + (1,) * (op.ndim - 1))
@@ -108,9 +108,10 @@ class DegreeDivide(Divide):
 def readout_reduced(op):
     """A readout over a rank's share of a batch: its partial, combined over the ranks."""
     e, g = op.args[0], op.graph
-    if op.reduce != "mean":
-        return ReadoutAllReduce(Aggregate(e, g, at="dst", reduce=op.reduce), g, op.reduce)
-    whole = ReadoutAllReduce(Aggregate(e, g, at="dst", reduce="sum"), g, "sum")
+    partial = op.combiner.partial_combiner.name
+    whole = ReadoutAllReduce(Aggregate(e, g, at="dst", reduce=partial), g, partial)
+    if not op.combiner.divides:
+        return whole
     divisor = np.ones((g.num_nodes,) + (1,) * (op.ndim - 1), whole.dtype)
     divisor[:g.num_dst, ...] = np.maximum(g.graph_sizes, 1).reshape((-1,) + divisor.shape[1:])
     # In the readout's dtype: Constant would round a float64 array to float32.

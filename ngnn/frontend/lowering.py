@@ -13,8 +13,7 @@ Neighbour values keep all num_nodes rows.
 """
 import numpy as np
 
-from ..op_graph import (Aggregate, Broadcast, Constant, Dot, Dropout, ElementWise, Gather,
-                        ordered_ops)
+from ..op_graph import Aggregate, Constant, Dot, Dropout, Gather, ordered_ops
 from ..op_graph.layout import reshape_to
 from ..origin import built_for
 from ..op_graph.scopes import LOCAL_SCOPES
@@ -144,7 +143,7 @@ class Lowering:
         local_args = op.args
         if isinstance(op, Dot):
             return self.dot(op, args, count)
-        if isinstance(op, (ElementWise, Broadcast)):
+        if op.broadcasts:
             # A lower-rank local argument broadcasts per row: size-1 axes go after the row axis.
             args = [pad(lowered, op.ndim, count) if local.scope is not None else lowered
                     for lowered, local in zip(args, local_args)]

@@ -7,7 +7,7 @@ each with the rank it runs on and the peers it talks to printed in the IR:
 
 * `MirrorReduce`: a tensor with a row per local vertex (a partial aggregation) becomes one
   with a row per master: each master's row combined (sum, max or min) with its mirrors'
-  rows on the other ranks.
+  rows on the other ranks (by its kind's row of the reduction table).
 * `MasterBroadcast`: a tensor with a row per master becomes one with a row per local
   vertex: each mirror gets its master's row (what a gather reads).
 * `AllReduce`: every rank gets the sum over ranks (weight gradients).
@@ -19,7 +19,18 @@ Summing over ranks, the adjoint of a mirror-to-master sum is the master-to-mirro
 broadcast and the other way round; all-reduce is its own adjoint. The ops are stateful so
 no pass folds or merges them away.
 """
+from .combiners import combiner_of
 from .op import Attr, Op, as_ops
+
+
+def partial_combiner(reduce, what):
+    """The table row partial results combine with across ranks: any kind but those that
+    divide by a count (a mean's partials are sums, divided afterwards)."""
+    row = combiner_of(reduce, what)
+    if row.divides:
+        raise ValueError(f"{what}: partial results of a {reduce} combine as "
+                         f"{row.partial}s; reduce them with {row.partial!r} and divide")
+    return row
 
 
 class Communication(Op):
@@ -44,17 +55,20 @@ class MirrorReduce(Communication):
     attributes = (Attr("graph"), Attr("reduce"), Attr("at"))
 
     def __init__(self, x, graph, reduce="sum", at=None, name=None):
+        partial_combiner(reduce, "mirror_reduce")
         if reduce != "sum" and at is None:
-            raise ValueError("mirror_reduce: max and min reduce partial aggregations; "
+            raise ValueError("mirror_reduce: max, min and prod reduce partial aggregations; "
                              "name their end with at=")
-        if reduce not in ("sum", "max", "min"):
-            raise ValueError(f"mirror_reduce: reduce must be sum, max or min, got {reduce!r}")
         self.graph, self.reduce, self.at = graph, reduce, at
         (x,) = as_ops(x)
         if x.shape[:1] != (graph.num_nodes,):
             raise ValueError(f"mirror_reduce: expected a tensor of {graph.num_nodes} rows "
                              f"(one per local vertex), got shape {x.shape}")
         super().__init__(x, shape=(graph.num_masters,) + x.shape[1:], name=name)
+
+    @property
+    def combiner(self):
+        return combiner_of(self.reduce)
 
     def attrs(self):
         at = {} if self.at is None else {"at": self.at}
@@ -128,15 +142,17 @@ class ReadoutAllReduce(Communication):
     attributes = (Attr("graph"), Attr("reduce"))
 
     def __init__(self, x, graph, reduce="sum", name=None):
-        if reduce not in ("sum", "max", "min"):
-            raise ValueError(f"readout_all_reduce: reduce must be sum, max or min, got "
-                             f"{reduce!r}")
+        partial_combiner(reduce, "readout_all_reduce")
         (x,) = as_ops(x)
         if x.shape[:1] != (graph.num_nodes,):
             raise ValueError(f"readout_all_reduce: expected a partial readout of "
                              f"{graph.num_nodes} rows, got shape {x.shape}")
         self.graph, self.reduce = graph, reduce
         super().__init__(x, name=name)
+
+    @property
+    def combiner(self):
+        return combiner_of(self.reduce)
 
     def attrs(self):
         return {"graph": self.graph, "reduce": self.reduce,
@@ -146,6 +162,8 @@ class ReadoutAllReduce(Communication):
         total = ReadoutAllReduce(delta, self.graph, "sum")
         if self.reduce == "sum":
             return [total]
+        if self.reduce not in ("max", "min"):
+            raise ValueError(f"readout_all_reduce {self.reduce} has no gradient")
         from .elementwise import Equal, Maximum
         from .graph_ops import Aggregate, Gather
         partial = self.args[0]

@@ -38,7 +38,9 @@ def unbroadcast(delta, shape):
 
 
 class ElementWise(Op):
-    """Marker base: one output element from the same-index elements of the inputs."""
+    """One output element from the same-index elements of the inputs (broadcast)."""
+    elementwise = True
+    broadcasts = True
 
 
 class UnaryOp(ElementWise):

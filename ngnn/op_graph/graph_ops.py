@@ -2,16 +2,17 @@
 
 `Gather` copies a node tensor onto edges (by each edge's source or destination);
 `Aggregate` reduces an edge tensor onto nodes (at each edge's destination or source) with
-sum, mean, max or min; `EdgeSoftmax` normalizes edge values over each destination's
+a kind of the reduction table (ngnn/op_graph/combiners.py: sum, mean, max, min, prod);
+`EdgeSoftmax` normalizes edge values over each destination's
 in-edges. The adjoint of a gather is a sum aggregation at the same end, and the other way
 round (seed 000's srcagg / dstagg).
 """
 import numpy as np
 
+from .combiners import combiner_of
 from .op import Attr, Constant, Op, ShapeError, as_ops
 
 ENDS = ("src", "dst")
-REDUCTIONS = ("sum", "mean", "max", "min")
 
 
 class GraphOp(Op):
@@ -40,6 +41,7 @@ class Gather(GraphOp):
     """out[e] = x[src[e]] (by="src") or x[dst[e]] (by="dst"). Gathering by destination from a
     block (graph.num_dst < num_nodes), x may hold just the num_dst destination rows."""
     kind = "edge"
+    row_space = "e"
     attributes = (Attr("graph", printed=False), Attr("by", printed=False))
 
     def __init__(self, x, graph, by="src", name=None):
@@ -64,13 +66,13 @@ class Gather(GraphOp):
 class Aggregate(GraphOp):
     """out[v] = reduce over edges e with dst[e] == v (at="dst") or src[e] == v (at="src").
     A vertex with no such edge gets 0 for every reduction, and a zero gradient."""
+    row_space = "n"
     attributes = (Attr("graph", printed=False), Attr("at"), Attr("reduce", printed=False))
 
     def __init__(self, x, graph, at="dst", reduce="sum", name=None):
         (x,) = as_ops(x)
         _check_end("aggregate", at)
-        if reduce not in REDUCTIONS:
-            raise ValueError(f"aggregate: reduce must be one of {REDUCTIONS}, got {reduce!r}")
+        combiner_of(reduce, "aggregate")
         _check_rows(f"aggregate {reduce}", x, graph.num_edges, "edge")
         self.at, self.reduce = at, reduce
         super().__init__([x], graph, shape=(graph.num_nodes,) + x.shape[1:],
@@ -85,6 +87,11 @@ class Aggregate(GraphOp):
     def op_name(self):
         return self.reduce
 
+    @property
+    def combiner(self):
+        """Its row of the reduction table: start, combine, finish, gradient."""
+        return combiner_of(self.reduce)
+
     def degree_scale(self):
         """1 / max(degree, 1) shaped to broadcast over the result."""
         trailing = (1,) * (self.ndim - 1)
@@ -98,24 +105,14 @@ class Aggregate(GraphOp):
         return Constant(scale.reshape((-1,) + trailing), dtype=self.dtype)
 
     def adjoints(self, delta):
-        g, at = self.graph, self.at
-        if self.reduce == "sum":
-            return [Gather(delta, g, by=at)]
-        if self.reduce == "mean":
-            return [Gather(delta * self.degree_scale(), g, by=at)]
-        # max / min: the selected edge gets the gradient; ties share it equally.
-        from .elementwise import Equal
-        x = self.args[0]
-        hit = Equal(x, Gather(self, g, by=at))
-        ties = Aggregate(hit, g, at=at, reduce="sum")
-        from .elementwise import Maximum
-        return [Gather(delta / Maximum(ties, 1.0), g, by=at) * hit]
+        return [self.combiner.edge_adjoint(self.args[0], self, delta, self.graph, self.at)]
 
 
 class EdgeSoftmax(GraphOp):
     """Softmax of edge values over the in-edges of each destination (or out-edges of each
     source with at="src"), computed stably: the per-vertex max is subtracted first."""
     kind = "edge"
+    row_space = "e"
     attributes = (Attr("graph", printed=False), Attr("at"))
 
     def __init__(self, x, graph, at="dst", name=None):

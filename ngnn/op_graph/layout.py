@@ -10,6 +10,8 @@ class LayoutOp(Op):
 
 class Reshape(LayoutOp):
     attributes = (Attr("shape", batching="shape"),)
+    is_view = True
+    across_rows = "reshapes across rows"
 
     def __init__(self, x, shape, name=None):
         (x,) = as_ops(x)
@@ -31,9 +33,13 @@ class Reshape(LayoutOp):
     def adjoints(self, delta):
         return [Reshape(delta, self.args[0].shape)]
 
+    def row_local(self, rows=()):
+        return self.shape[:1] == self.args[0].shape[:1]
+
 
 class Transpose(LayoutOp):
     attributes = (Attr("axes", batching="permutation"),)
+    is_view = True
 
     def __init__(self, x, axes=None, name=None):
         (x,) = as_ops(x)
@@ -50,10 +56,15 @@ class Transpose(LayoutOp):
     def adjoints(self, delta):
         return [Transpose(delta, tuple(np.argsort(self.axes)))]
 
+    def row_local(self, rows=()):
+        return self.axes[0] == 0
+
 
 class Broadcast(LayoutOp):
     """A read-only view of `x` repeated to `shape` (NumPy broadcasting)."""
     attributes = (Attr("shape", batching="shape"),)
+    is_view = True
+    broadcasts = True
 
     def __init__(self, x, shape, name=None):
         (x,) = as_ops(x)
@@ -71,9 +82,14 @@ class Broadcast(LayoutOp):
         from .elementwise import unbroadcast
         return [unbroadcast(delta, self.args[0].shape)]
 
+    def row_local(self, rows=(False,)):
+        """Row-local where x has the rows (else it repeats a value along them)."""
+        return rows[0]
+
 
 class Concat(LayoutOp):
     attributes = (Attr("axis", batching="axes"),)
+    across_rows = "concatenates rows"
 
     def __init__(self, *xs, axis=0, name=None):
         xs = as_ops(*xs)
@@ -101,6 +117,9 @@ class Concat(LayoutOp):
             grads.append(Slice(delta, tuple(index)))
             start += x.shape[self.axis]
         return grads
+
+    def row_local(self, rows=()):
+        return self.axis != 0
 
 
 def _normalize_index(shape, key):
@@ -142,6 +161,8 @@ def slice_length(k):
 class Slice(LayoutOp):
     """x[key], for a basic index key (ints and slices)."""
     attributes = (Attr("key", batching="index"),)
+    is_view = True
+    across_rows = "slices the rows"
 
     def __init__(self, x, key, name=None):
         (x,) = as_ops(x)
@@ -154,11 +175,15 @@ class Slice(LayoutOp):
     def adjoints(self, delta):
         return [Unslice(delta, self.args[0].shape, self.key)]
 
+    def row_local(self, rows=()):
+        return self.key[0] == slice(0, self.args[0].shape[0], 1)
+
 
 class Unslice(LayoutOp):
     """Zeros of `shape` with `x` written at `key`, a normalized key of a Slice: the adjoint
     of a slice."""
     attributes = (Attr("shape", batching="shape"), Attr("key", batching="index"))
+    across_rows = "slices the rows"
 
     def __init__(self, x, shape, key, name=None):
         (x,) = as_ops(x)
@@ -169,6 +194,9 @@ class Unslice(LayoutOp):
 
     def adjoints(self, delta):
         return [Slice(delta, self.key)]
+
+    def row_local(self, rows=()):
+        return self.key[0] == slice(0, self.shape[0], 1)
 
 
 def format_index(key):

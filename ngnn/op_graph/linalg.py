@@ -32,6 +32,10 @@ class Dot(Op):
 
     numpy = "np.matmul({x}, {y}, out={out})"
 
+    def row_local(self, rows=(True, True)):
+        """rows @ W, W without rows: row i of the result reads row i of a matrix."""
+        return not rows[1] and self.args[0].ndim == 2
+
     def adjoints(self, delta):
         from .elementwise import unbroadcast
         from .layout import reshape_to

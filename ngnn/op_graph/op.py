@@ -137,6 +137,21 @@ class Op:
       numpy_calls  the NumPy functions its NumPy statement calls, each a pass over its
                 elements: the simulator's price of an element-wise op (each at its
                 calibrated cost per element; ngnn/simulate/cost.py).
+
+    Traits, what passes and transformers ask an op instead of testing its class
+    (docs/adding_an_op.md has the table):
+      is_leaf      a given value (placeholder, variable, constant), not computed
+      elementwise  each result element from the same-index elements of its arguments
+      broadcasts   its arguments broadcast to its shape by NumPy's rules
+      is_view      its result may be a view of its first argument, no storage of its own
+                   (NumPy's reshape, transpose, broadcast_to, basic slicing)
+      combiner     a reduction's row of the reduction table (ngnn/op_graph/combiners.py)
+      row_space    "e" or "n": a graph op whose result has a row per edge or per vertex
+                   of its graph, whatever its argument's rows
+      row_local(rows)  whether row i of its result reads only row i of its arguments that
+                   have rows (`rows[k]`): what chunked execution may split by row blocks
+      across_rows  what it does across rows where it is not row-local (for the message
+                   that refuses to split it)
     """
     kind = None
     numpy = None
@@ -147,6 +162,13 @@ class Op:
     derived = ()          # fields computed from the arguments and the declared attributes
     is_sparse = False     # a scipy.sparse CSR value at run time (ngnn/op_graph/sparse.py)
     takes_sparse = False  # may have sparse arguments
+    is_leaf = False
+    elementwise = False
+    broadcasts = False
+    is_view = False
+    combiner = None
+    row_space = None
+    across_rows = None
 
     def __init__(self, args=(), *, shape, dtype, name=None, scope=None):
         self._args = tuple(args)
@@ -260,6 +282,11 @@ class Op:
     def adjoints(self, delta):
         """Gradients with respect to each argument, given the gradient of the result."""
         raise ValueError(f"{type(self).__name__} has no gradient")
+
+    def row_local(self, rows=()):
+        """Whether row i of the result reads only row i of the arguments that have rows
+        (`rows[k]`: argument k has a row per vertex, edge or graph)."""
+        return self.elementwise
 
     def __repr__(self):
         label = f" {self.name!r}" if self.name else ""
@@ -409,6 +436,7 @@ def as_ops(*values):
 
 class Leaf(Op):
     kind = "prim"
+    is_leaf = True
 
     def __init__(self, shape, dtype, name=None, scope=None):
         super().__init__((), shape=shape, dtype=dtype, name=name, scope=scope)

@@ -1,6 +1,7 @@
 """Reductions along axes, and softmax / log-softmax."""
 import numpy as np
 
+from .combiners import COMBINERS
 from .op import Attr, Op, ShapeError, as_ops
 
 
@@ -18,6 +19,9 @@ def normalize_axes(op_name, axis, ndim):
 
 
 class Reduction(Op):
+    """A reduction over axes; `combiner` is its kind's row of the reduction table
+    (ngnn/op_graph/combiners.py)."""
+    combiner = None
     attributes = (Attr("axes", param="axis", batching="axes"), Attr("keepdims"))
 
     def __init__(self, x, axis=None, keepdims=False, name=None):
@@ -31,8 +35,11 @@ class Reduction(Op):
 
     @property
     def numpy(self):
-        return (f"np.{self.ufunc}({{x}}, axis={self.axes}, keepdims={self.keepdims}, "
+        return (f"np.{self.combiner.numpy_reduce}({{x}}, axis={self.axes}, keepdims={self.keepdims}, "
                 "out={out})")
+
+    def row_local(self, rows=()):
+        return 0 not in self.axes
 
     def kept(self, t):
         """`t` (shaped like the result) with the reduced axes as size-1 axes."""
@@ -47,7 +54,7 @@ class Reduction(Op):
 
 
 class Sum(Reduction):
-    ufunc = "sum"
+    combiner = COMBINERS["sum"]
     EINSUM_LIMIT = 256
 
     @property
@@ -72,7 +79,7 @@ class Sum(Reduction):
 
 
 class Mean(Reduction):
-    ufunc = "mean"
+    combiner = COMBINERS["mean"]
 
     @property
     def count(self):
@@ -84,7 +91,7 @@ class Mean(Reduction):
 
 class Max(Reduction):
     """Ties share the gradient equally."""
-    ufunc = "max"
+    combiner = COMBINERS["max"]
 
     def adjoints(self, delta):
         from .elementwise import Equal
@@ -95,11 +102,12 @@ class Max(Reduction):
 
 
 class Min(Max):
-    ufunc = "min"
+    combiner = COMBINERS["min"]
 
 
 class Softmax(Op):
     attributes = (Attr("axis", batching="axes"),)
+    across_rows = "normalizes over the rows"
 
     def __init__(self, x, axis=-1, name=None):
         (x,) = as_ops(x)
@@ -110,6 +118,9 @@ class Softmax(Op):
     def adjoints(self, delta):
         total = Sum(delta * self, axis=self.axis, keepdims=True)
         return [self * (delta - total)]
+
+    def row_local(self, rows=()):
+        return self.axis != 0
 
 
 class LogSoftmax(Softmax):

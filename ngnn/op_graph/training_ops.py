@@ -87,6 +87,9 @@ class OneHot(Op):
     def adjoints(self, delta):
         return [None]
 
+    def row_local(self, rows=()):
+        return True
+
 
 class Assign(Op):
     """Writes `value` to `variable` after every other result of the call is computed; the

@@ -35,10 +35,8 @@ readout reads), so stages hold them as (num_graphs, ...) small values.
 import numpy as np
 
 from ngnn.graph import Graph
-from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Concat, Constant,
-                           Divide, Dot, EdgeSoftmax, ElementWise, Exp, Gather, GraphOp, Leaf,
-                           Mean, Multiply, OneHot, Reduction, Reshape, Slice,
-                           Softmax, SparseDot, SparseDropout, SparseTransposedDot,
+from ngnn.op_graph import (Aggregate, Assign, Broadcast, Communication, Constant, Divide, Dot,
+                           EdgeSoftmax, Exp, Gather, Mean, Multiply, Slice, SparseTransposedDot,
                            StopGradient, Subtract, Sum, Transpose, Unslice, Variable,
                            ordered_ops)
 
@@ -54,7 +52,7 @@ def chunked_graphs(ops):
     """(the one graph the message-passing graph ops run over, the readout graphs): a
     computation with readouts alone chunks the rows of a graph without edges."""
     from ngnn.batch import ReadoutGraph
-    graphs = list(dict.fromkeys(op.graph for op in ops if isinstance(op, GraphOp)))
+    graphs = list(dict.fromkeys(op.graph for op in ops if op.row_space is not None))
     for g in graphs:
         if g.varies:
             raise ChunkingError(f"memory_budget: {g!r} is a slot whose edges change between "
@@ -143,19 +141,18 @@ class Plan:
                                               isinstance(op, Unslice) and
                                               self.space[op.args[0]] is None):
             return self._make_graph_rows(op, op)
-        if isinstance(op, Leaf):
+        if op.is_leaf:
             if isinstance(op, Variable) or not op.shape:
                 return None
             if op.shape[0] == n:
                 return "n"
             return "e" if op.shape[0] == e else None
-        if isinstance(op, GraphOp) and op.graph in self.readouts:
+        if self.is_readout_op(op):
             return self._readout_space(op)
-        if isinstance(op, Gather):
-            return "e"
-        if isinstance(op, Aggregate):
-            self.partial.add(op)
-            return "n"
+        if op.row_space is not None:          # a gather or an aggregation
+            if op.combiner is not None:
+                self.partial.add(op)
+            return op.row_space
         args = [self.space[a] for a in op.args]
         if GRAPH_ROWS in args:
             return self._graph_rows_space(op, args)
@@ -166,7 +163,7 @@ class Plan:
             return None
         if isinstance(op, Transpose):
             (s,) = args
-            if op.axes[0] == 0:
+            if op.row_local():
                 return s
             if s in ROWS and op.ndim == 2:
                 return s + "T"
@@ -180,36 +177,27 @@ class Plan:
                 self.partial.add(op)
                 return None
             return self._refuse(op, "is a product this chunking does not split")
-        if isinstance(op, (SparseDot, SparseDropout)):
+        if op.takes_sparse:        # a sparse product or dropout: the sparse matrix's rows
             return args[0]
         real = set(rows) - {"bcast"}
         if len(real) > 1 or real - set(ROWS):
             return self._refuse(op, f"mixes values of different row spaces {sorted(real)}")
         space = real.pop() if real else "bcast"
-        if isinstance(op, Reduction):
-            if 0 not in op.axes:
+        has_rows = [s is not None for s in args]
+        if op.combiner is not None:          # a reduction over axes
+            if op.row_local(has_rows):
                 return space
-            if space == "e" or isinstance(op, Mean):
+            if space == "e" or op.combiner.divides:
                 return self._refuse(op, "reduces over every edge")
             self.partial.add(op)
             return None
-        if isinstance(op, Softmax):
-            return space if op.axis != 0 else self._refuse(op, "normalizes over the rows")
-        if isinstance(op, (Slice, Unslice)):
-            full = op.key[0] == slice(0, op.args[0].shape[0] if isinstance(op, Slice)
-                                      else op.shape[0], 1)
-            return space if full else self._refuse(op, "slices the rows")
-        if isinstance(op, Concat):
-            return space if op.axis != 0 else self._refuse(op, "concatenates rows")
-        if isinstance(op, (ElementWise, OneHot, Reshape, Broadcast)):
-            if isinstance(op, Reshape) and op.shape[:1] != op.args[0].shape[:1]:
-                return self._refuse(op, "reshapes across rows")
-            for a, s in zip(op.args, args):
-                if s is None and a.ndim == op.ndim and a.shape[0] == op.shape[0] != 1:
-                    return self._refuse(op, f"reads {a}, which has a row per vertex or edge "
-                                            "but is not computed row by row")
-            return space if space in ROWS else "bcast"
-        return self._refuse(op, "is not an op this chunking splits")
+        if not op.row_local(has_rows):
+            return self._refuse(op, op.across_rows or "is not an op this chunking splits")
+        for a, s in zip(op.args, args):
+            if s is None and a.ndim == op.ndim and a.shape[0] == op.shape[0] != 1:
+                return self._refuse(op, f"reads {a}, which has a row per vertex or edge "
+                                        "but is not computed row by row")
+        return space if space in ROWS else "bcast"
 
     def _readout_space(self, op):
         """Spaces of the graph ops over a readout graph R (module doc): R's edges and
@@ -227,7 +215,7 @@ class Plan:
                                     "needs a row per vertex")
         if isinstance(op, Gather):
             return "n"                    # by="src": row i is vertex i's row
-        if isinstance(op, Aggregate) and x.dtype.kind == "f":
+        if op.combiner is not None and x.dtype.kind == "f":       # an aggregation
             if op.at == "src":
                 return "n"                # each vertex has one edge, to its graph
             if op.reduce in ("sum", "max", "min"):
@@ -254,13 +242,7 @@ class Plan:
                     rows.stop <= self.num_graphs:
                 return GRAPH_ROWS if op.shape[0] == n else None
             return self._refuse(op, "slices per-graph rows past the graphs' rows")
-        row_wise = isinstance(op, (ElementWise, OneHot)) or \
-            isinstance(op, Reduction) and 0 not in op.axes or \
-            isinstance(op, (Softmax, Concat)) and op.axis != 0 or \
-            isinstance(op, Transpose) and op.axes[0] == 0 or \
-            isinstance(op, Reshape) and op.shape[:1] == op.args[0].shape[:1] or \
-            isinstance(op, Dot) and args[1] is None and op.args[0].ndim == 2
-        if not row_wise:
+        if not op.row_local([s is not None for s in args]):
             return self._refuse(op, "reads the rows of per-graph values (a readout's) "
                                     "past the graphs' rows")
         return GRAPH_ROWS if op.shape and op.shape[0] == n else None
@@ -274,7 +256,7 @@ class Plan:
             return wanted
         for op in reversed(self.ops):
             if self.is_readout_op(op) and isinstance(op, Gather) and op.by == "dst" or \
-                    op in wanted and isinstance(op, ElementWise):
+                    op in wanted and op.elementwise:
                 wanted.update(a for a in op.args if a.ndim and a.shape[0] == n)
         return wanted
 
@@ -308,7 +290,7 @@ class Plan:
         return op.shape
 
     def is_readout_op(self, op):
-        return isinstance(op, GraphOp) and op.graph in self.readouts
+        return op.row_space is not None and op.graph in self.readouts
 
     def _refuse(self, op, why):
         raise ChunkingError(f"memory_budget: cannot run {op} ({op.op_name}, built at "
@@ -317,7 +299,7 @@ class Plan:
 
     # ---- stages -----------------------------------------------------------------------
     def _kind(self, op):
-        if isinstance(op, Leaf):
+        if op.is_leaf:
             return "leaf"
         if isinstance(op, Assign):
             return "assign"
@@ -328,12 +310,12 @@ class Plan:
                     isinstance(op, Aggregate) and op.at == "src":
                 return "view"
             return "vertex"
-        if space == "bcast" or space in ("nT", "eT") or isinstance(op, SparseDropout):
-            return "view"
+        if space == "bcast" or space in ("nT", "eT") or op.is_sparse:
+            return "view"          # copied into each stage that reads it (a sparse dropout)
         if space == "e" and op not in self.result_set and \
                 not any(self.space[a] == "e" and self.kind[a] == "edge" for a in op.args):
             return "view"          # recomputed where it is read, not stored
-        if isinstance(op, (Gather, Aggregate)) or space == "e":
+        if op.row_space is not None or space == "e":
             return "edge"
         if space == "n" or op in self.partial:
             return "vertex"

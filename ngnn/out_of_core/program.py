@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ngnn.op_graph import (Aggregate, Constant, Gather, GraphOp, Max, Min, Placeholder,
-                           SparseDropout, ordered_ops)
+from ngnn.op_graph import Aggregate, Constant, Gather, Placeholder, SparseDropout, ordered_ops
+from ngnn.op_graph.combiners import COMBINERS
 from ngnn.origin import built_for
 
 from .grid import ChunkGrid, ChunkSlot, RowBlock
@@ -121,7 +121,7 @@ class ChunkedProgram:
         runs chunk by chunk: it has graph ops, and the chunk count is fixed or the
         unchunked plan needs more than the budget."""
         t = computation.transformer
-        if not any(isinstance(op, GraphOp) for op in computation.ordered_ops):
+        if not any(op.row_space is not None for op in computation.ordered_ops):
             return False
         return t.chunks is not None or plan_bytes(computation) > t.memory_budget
 
@@ -273,12 +273,9 @@ class StageRunner:
         plan = program.plan
         for o in stage.outputs:
             space = plan.space[o]
-            if isinstance(o, Aggregate):
-                fill = {"sum": 0, "max": -np.inf, "min": np.inf}[o.reduce]
-                host[o] = np.full(plan.stage_shape(o), fill, o.dtype)
-            elif o in plan.partial:
-                fill = -np.inf if isinstance(o, Max) else np.inf if isinstance(o, Min) else 0
-                host[o] = np.full(o.shape, fill, o.dtype)
+            if o in plan.partial:       # folded from partial results by its table row
+                host[o] = np.full(plan.stage_shape(o), partial_combiner(o).identity_in(o.dtype),
+                                  o.dtype)
             elif space in ROWS and stage.kind in ("vertex", "edge"):
                 host[o] = np.empty(o.shape, o.dtype)
         if stage.kind == "vertex":
@@ -301,8 +298,8 @@ class StageRunner:
             program.moved["from"] += sum(o.nbytes for o in outs)
             self.store(item, outs)
         for o in stage.outputs:
-            if isinstance(o, Aggregate) and o.reduce in ("max", "min"):
-                host[o][np.isinf(host[o])] = 0       # no edge anywhere: 0
+            if isinstance(o, Aggregate) and o.combiner.identity != 0:
+                host[o][without_edges(o, host[o].shape[0])] = 0       # still the identity
 
     def show(self, item):
         if self.stage.kind == "vertex":
@@ -358,18 +355,25 @@ class StageRunner:
             elif isinstance(o, Aggregate):
                 combine_aggregate(host[o], o, item, val)
             elif o in plan.partial:
-                if isinstance(o, Max):
-                    np.maximum(host[o], val, out=host[o])
-                elif isinstance(o, Min):
-                    np.minimum(host[o], val, out=host[o])
-                else:
-                    host[o] += val
+                partial_combiner(o).ufunc(host[o], val, out=host[o])
             elif space in ROWS and self.stage.kind == "vertex":
                 host[o][item[0]:item[1]] = val
             elif space == "e" and self.stage.kind == "edge":
                 host[o][item.eids] = val[:item.num_edges]
             else:
                 host[o] = val
+
+
+def partial_combiner(op):
+    """The reduction table row that folds `op`'s partial results: its kind's (a
+    contraction's partials, X^T @ D over row blocks, are sums)."""
+    return (op.combiner or COMBINERS["sum"]).partial_combiner
+
+
+def without_edges(op, rows):
+    """Which of the first `rows` rows of aggregation `op` have no edge at its end."""
+    degrees = op.graph.in_degrees if op.at == "dst" else op.graph.out_degrees
+    return degrees[:rows] == 0
 
 
 def combine_aggregate(acc, op, piece, partial):
@@ -381,13 +385,10 @@ def combine_aggregate(acc, op, piece, partial):
     else:
         rows, part = piece.rows, partial[:piece.rows.shape[0]]
         ends = piece.src
-    if op.reduce == "sum":
-        acc[rows] += part
-        return
-    active = np.bincount(ends, minlength=rows.shape[0])[:rows.shape[0]] > 0
-    rows, part = rows[active], part[active]
-    pick = np.maximum if op.reduce == "max" else np.minimum
-    acc[rows] = pick(acc[rows], part)
+    if op.combiner.identity != 0:    # a row without edges in the piece holds 0, no partial
+        active = np.bincount(ends, minlength=rows.shape[0])[:rows.shape[0]] > 0
+        rows, part = rows[active], part[active]
+    op.combiner.fold(acc, rows, part)
 
 
 def combine_readout(acc, op, graph_ids, partial):
@@ -396,12 +397,11 @@ def combine_readout(acc, op, graph_ids, partial):
     every graph's partial (0 where the block has none of its rows); a max or min combines
     only the graphs with rows in the block. Blocks come in row order, so the sum is
     always added in the same order."""
-    if op.reduce == "sum":
+    if op.combiner.identity == 0:
         acc += partial
         return
     active = np.bincount(graph_ids, minlength=acc.shape[0]) > 0
-    pick = np.maximum if op.reduce == "max" else np.minimum
-    acc[active] = pick(acc[active], partial[active])
+    op.combiner.fold(acc, active, partial[active])
 
 
 def padded_sparse(matrix, rows, num_rows):

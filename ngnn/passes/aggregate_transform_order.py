@@ -39,7 +39,7 @@ class AggregateTransformOrder(RewritePass):
         results = set(computation.results)
         readers = {op: list(dict.fromkeys(us)) for op, us in users.items() if op not in results}
         for agg in ops:
-            if isinstance(agg, Aggregate) and agg.reduce in ("sum", "mean") and agg.ndim == 2:
+            if isinstance(agg, Aggregate) and agg.combiner.linear and agg.ndim == 2:
                 chain = Chain.match(agg, readers)
                 if chain is not None and chain.rewrite():
                     return True

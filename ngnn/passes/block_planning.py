@@ -112,7 +112,7 @@ class GroupBlocks:
 
         products, skipped = {}, set()
         for agg in group.ops:
-            if not isinstance(agg, Aggregate) or agg.reduce not in ("sum", "mean"):
+            if not isinstance(agg, Aggregate) or not agg.combiner.linear:
                 continue
             (msg,) = agg.args
             if gathered(msg):

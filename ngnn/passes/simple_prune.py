@@ -13,7 +13,7 @@ def scalar_value(op):
     equal, else None."""
     while isinstance(op, Broadcast):
         op = op.args[0]
-    if isinstance(op, Constant) and op.value.size and op.value.size <= FOLD_LIMIT:
+    if op.is_constant and op.value.size and op.value.size <= FOLD_LIMIT:
         first = op.value.flat[0]
         if np.all(op.value == first):
             return first.item()
@@ -99,7 +99,7 @@ class SimplePrune(PeepholeGraphPass):
 
 
 def _is_constant(op):
-    return isinstance(op, Constant) or isinstance(op, Broadcast) and _is_constant(op.args[0])
+    return op.is_constant or isinstance(op, Broadcast) and _is_constant(op.args[0])
 
 
 def _value(op):

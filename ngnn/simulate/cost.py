@@ -29,6 +29,7 @@ from ..op_graph import (Aggregate, AllReduce, Assign, Broadcast, Constant, Dot, 
                         Placeholder, Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum,
                         Variable, ZeroRowDot)
 from ..passes.buffer_sharing import is_group
+from ..op_graph.combiners import COMBINERS
 
 LEAVES = (Placeholder, Variable, Constant)
 # NumPy functions priced by the device's transcendental rate where no curve says otherwise.
@@ -132,8 +133,8 @@ def blocked(device, name, edges, width, rows, calls, busy=False, light=False):
 def segment_curve(device, reduce):
     """The calibrated curve of a segment reduction (K.segment_reduce): NumPy's add reduces
     faster than its maximum, so sums have their own."""
-    return "segment_sum" if reduce in ("sum", "mean") and "segment_sum" in device.curves \
-        else "segment"
+    sums = COMBINERS[reduce].ufunc is np.add
+    return "segment_sum" if sums and "segment_sum" in device.curves else "segment"
 
 
 def passes(device, elements, moved, calls=1, transcendental=0):
@@ -166,7 +167,7 @@ def work(op, device, topology, rank=0, views=(), plan=None, per_call=None):
     """The cost of the work of one op, without the call overheads. `plan`: the NumPy
     transformer's view of the computation (`NumPyPlan`), whose kernels it prices;
     `per_call`: the rows one call of an element-wise op runs over (a fused block's)."""
-    if isinstance(op, LEAVES):
+    if op.is_leaf:
         return Cost(kind="view", calls=0)
     if op in views:                          # one statement binding a view
         return Cost(kind="view")
@@ -381,7 +382,7 @@ def graph_work(op, device):
     if isinstance(op, Gather):
         return primitive(device, "take", edges, width, op.args[0].shape[0])
     if isinstance(op, Aggregate):
-        if op.reduce in ("sum", "mean"):     # incidence (N, E) @ x: x's rows in edge order
+        if op.combiner.linear:     # incidence (N, E) @ x: x's rows in edge order
             return primitive(device, "spmm", edges, width, edges) + \
                 passes(device, size(op), 2 * nbytes(op))
         # x's rows taken into CSR order, then a segment reduction.

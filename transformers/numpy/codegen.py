@@ -6,7 +6,7 @@ more than a template have a `generate_op` method here, chosen by op type.
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
-from ngnn.op_graph import (AllReduce, Aggregate, Concat, Constant, Dropout, EdgeSoftmax, Gather, LogSoftmax,
+from ngnn.op_graph import (AllReduce, Aggregate, Concat, Dropout, EdgeSoftmax, Gather, LogSoftmax,
                            MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce, Softmax,
                            SparseDot, SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
@@ -118,9 +118,9 @@ class NumPyCodeGenerator(TypeDispatched):
     @generate_op.on_type(Aggregate)
     def generate_op(self, op, out, args):
         g = self.refs("graph", op.graph)
-        if op.reduce in ("sum", "mean"):
+        if op.combiner.linear:     # a sparse product with the incidence matrix
             return [f"K.aggregate_{op.reduce}({g}, {args[0]}, at={op.at!r}, out={out})"]
-        return [f"K.aggregate_extreme({g}, {args[0]}, at={op.at!r}, "
+        return [f"K.aggregate_segments({g}, {args[0]}, at={op.at!r}, "
                 f"reduce={op.reduce!r}, out={out})"]
 
     @generate_op.on_type(EdgeSoftmax)
@@ -143,4 +143,4 @@ def literal(value, dtype):
 
 def is_scalar_constant(op):
     """A constant of one value, written as a literal where it is read."""
-    return isinstance(op, Constant) and op.value.ndim == 0
+    return op.is_constant and op.value.ndim == 0

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse
 
 from ngnn import philox
+from ngnn.op_graph.combiners import COMBINERS
 
 from ..debug_nans import check_finite  # noqa: F401  (called by modules built with debug_nans)
 
@@ -76,30 +77,19 @@ def _csr_order(graph, at):
     return graph.out_indptr, graph.out_eids
 
 
-def aggregate_extreme(graph, x, at, reduce, out):
-    """Segment max/min over each vertex's edges; vertices with no edges get 0."""
+def aggregate_segments(graph, x, at, reduce, out):
+    """A reduction of the table (ngnn/op_graph/combiners.py) over each vertex's edges, by
+    its ufunc's reduceat over the CSR segments; vertices with no edges get 0."""
     indptr, eids = _csr_order(graph, at)
-    out.fill(0)
-    counts = np.diff(indptr)
-    nonempty = counts > 0
-    if nonempty.any():
-        ufunc = np.maximum if reduce == "max" else np.minimum
-        in_order = np.take(x, eids, axis=0)     # np.take: x[eids] is slower on narrow rows
-        out[nonempty] = ufunc.reduceat(in_order, indptr[:-1][nonempty], axis=0)
-    return out
+    in_order = np.take(x, eids, axis=0)     # np.take: x[eids] is slower on narrow rows
+    return segment_reduce(in_order, indptr, reduce, out)
 
 
 def edge_softmax(graph, x, at, out):
     """exp(x - max) / sum(exp(x - max)) over each vertex's edges, stably."""
-    indptr, eids = _csr_order(graph, at)
     ends = graph.dst if at == "dst" else graph.src
     n = graph.num_nodes
-    peak = np.zeros((n,) + x.shape[1:], dtype=x.dtype)
-    counts = np.diff(indptr)
-    nonempty = counts > 0
-    if nonempty.any():
-        in_order = np.take(x, eids, axis=0)
-        peak[nonempty] = np.maximum.reduceat(in_order, indptr[:-1][nonempty], axis=0)
+    peak = aggregate_segments(graph, x, at, "max", np.empty((n,) + x.shape[1:], x.dtype))
     np.subtract(x, np.take(peak, ends, axis=0), out=out)
     np.exp(out, out=out)
     # The denominator summed in float64 and rounded once, as WideAccumulation sums a
@@ -414,14 +404,15 @@ def segment_ids(seg, v0):
 
 
 def segment_reduce(values, seg, reduce, out):
-    """Reduce each segment of sorted edge rows; empty segments give 0."""
+    """Reduce each segment of sorted edge rows by the table's `reduce` (its ufunc's
+    reduceat, then a division by the count for a mean); empty segments give 0."""
+    combiner = COMBINERS[reduce]
     counts = np.diff(seg)
     nonempty = counts > 0
     out.fill(0)
     if nonempty.any():
-        ufunc = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}[reduce]
-        out[nonempty] = ufunc.reduceat(values, seg[:-1][nonempty], axis=0)
-        if reduce == "mean":
+        out[nonempty] = combiner.ufunc.reduceat(values, seg[:-1][nonempty], axis=0)
+        if combiner.divides:
             divide_by_degrees(out, seg)
     return out
 

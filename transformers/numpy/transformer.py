@@ -15,16 +15,13 @@ import numpy as np
 from ngnn.naming import sanitize, value_identifier
 from ngnn.passes import FusedGroup, ZeroRowProducts
 from ngnn.op_graph.printer import op_comment
-from ngnn.op_graph import (Assign, Broadcast, Constant, Placeholder, Reshape, Slice, Transpose,
-                           Variable)
+from ngnn.op_graph import Assign, Constant, Placeholder, Variable
 from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
 from ngnn.passes.buffer_sharing import BufferSharing
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
-
-VIEW_OPS = (Reshape, Transpose, Broadcast, Slice)
 
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
@@ -88,7 +85,7 @@ class NumPyTransformer(Transformer):
         return self.fusion_passes() + [BlockPlanning(block_bytes), BufferSharing()]
 
     def is_view(self, op):
-        return isinstance(op, VIEW_OPS)
+        return op.is_view
 
     def graph_passes(self):
         # Last: products skip the rows batch norm zeroed (a slot's padding). Not under a
@@ -274,7 +271,7 @@ class ModuleWriter:
                                    f"{op.shape}, np.{op.dtype.name})")
         comment = self.comment(op) + note
         self.body.extend(s + comment for s in self.codegen.generate_op(op, name, args))
-        if self.debug_nans and not isinstance(op, VIEW_OPS):
+        if self.debug_nans and not op.is_view:
             self.checked_ops.append(op)
             self.body.append(f"K.check_finite(ops[{len(self.checked_ops) - 1}], {name}, "
                              f"({''.join(a + ', ' for a in args)}))")
