@@ -3,6 +3,7 @@ from .aggregate_transform_order import AggregateTransformOrder
 from .base import GraphPass, PeepholeGraphPass, RewritePass, visit
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
+from .edge_sums_by_vertex import EdgeSumsByVertex
 from .factor_products import FactorProducts
 from .fusion import FusedGroup, Fusion
 from .kernel_planning import KernelGroup, KernelPlanning
@@ -16,4 +17,4 @@ from .wide_accumulation import WideAccumulation
 __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
            "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
-           "WideAccumulation", "SoftmaxByLogSumExp"]
+           "WideAccumulation", "SoftmaxByLogSumExp", "EdgeSumsByVertex"]

@@ -15,7 +15,7 @@ the group members in `computation.steps` (the execution order) by the groups.
 """
 import heapq
 
-from ..op_graph import (Aggregate, Broadcast, EdgeSoftmax, ElementWise, Gather,
+from ..op_graph import (Aggregate, Broadcast, Cast, EdgeSoftmax, ElementWise, Gather,
                         Reduction, Reshape)
 from .base import GraphPass
 
@@ -84,6 +84,9 @@ class Fusion(GraphPass):
         groups = form_groups(ops, self.single_ops, self.vertex_gathers)
         if self.recompute:
             for group in groups:
+                add_recompute(group, groups, self.max_recompute,
+                              vertex_reads=self.vertex_gathers)
+            for group in merge_siblings(groups, ops):
                 add_recompute(group, groups, self.max_recompute,
                               vertex_reads=self.vertex_gathers)
         recomputed_only = finish_groups(groups, ops, computation.results)
@@ -241,28 +244,80 @@ def add_recompute(group, groups, limit, vertex_reads=False):
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
-    wanted = list(dict.fromkeys(a for op in group.core for a in op.args
-                                if a not in core and owner.get(a) is not None and
-                                a.scope == "e"))
+
+    def read_from_others(ops):
+        return [a for op in ops for a in op.args
+                if a not in core and a not in extra and owner.get(a) is not None and
+                a.scope == "e"]
+
+    wanted = list(dict.fromkeys(read_from_others(group.core)))
     free = FreeReads(group, core, extra) if vertex_reads else None
-    if vertex_reads:
-        # Whole chains first, until none is added: each one added makes more reads free
-        # for the others (the order of the group's ops does not decide).
-        progress = True
-        while progress:
-            progress = False
-            for a in wanted:
-                if a not in extra:
-                    chain = _chain(a, owner, limit, group.graph, False, free)
-                    if chain is not None:
-                        extra.extend(c for c in chain if c not in extra and c not in core)
-                        progress = True
-    for a in wanted:
-        if a not in extra:
-            chain = _recompute_chain(a, owner, limit, group.graph, free)
-            if chain is not None:
-                extra.extend(c for c in chain if c not in extra and c not in core)
+    while wanted:
+        if vertex_reads:
+            # Whole chains first, until none is added: each one added makes more reads
+            # free for the others (the order of the group's ops does not decide).
+            progress = True
+            while progress:
+                progress = False
+                for a in wanted:
+                    if a not in extra:
+                        chain = _chain(a, owner, limit, group.graph, False, free)
+                        if chain is not None:
+                            extra.extend(c for c in chain if c not in extra and c not in core)
+                            progress = True
+        for a in wanted:
+            if a not in extra:
+                chain = _recompute_chain(a, owner, limit, group.graph, free)
+                if chain is not None:
+                    extra.extend(c for c in chain if c not in extra and c not in core)
+        # A chain that reads narrower values of its ancestry (too long to recompute whole)
+        # reads them from their group: each is a value wanted in its own right, recomputed
+        # when its own chain is within the limit (GATv2's source-side backward: the
+        # gradient of its messages reads the attention and the logits' gradient).
+        tried = set(wanted)
+        wanted = [a for a in dict.fromkeys(read_from_others(extra)) if a not in tried]
     group.recomputed = extra
+
+
+def merge_siblings(groups, ops):
+    """Groups over the same graph and end that gather the same node value by their other
+    end (up to a cast: `rows_gathered`), neither waiting on the other, become one walk: it reads each of those rows once
+    (TransformerConv's backward: the gradients of keys and of values both read the
+    query of each edge's destination). Edits `groups` in place; returns the merged ones,
+    whose recomputation is chosen again (their reads are the union of both)."""
+    merged = []
+    for i, group in enumerate(groups):
+        if group.merged_into is not None:
+            continue
+        for other in groups[i + 1:]:
+            if other.merged_into is None and other.graph is group.graph and \
+                    other.at == group.at and _gathers_by_other_end(group) & \
+                    _gathers_by_other_end(other) and \
+                    not _waits_on(group, other, ops) and not _waits_on(other, group, ops):
+                _merge(group, other)
+                group.recomputed = []
+                if group not in merged:
+                    merged.append(group)
+    groups[:] = [g for g in groups if g.merged_into is None]
+    for i, g in enumerate(groups, 1):
+        g.index = i
+    return merged
+
+
+def _gathers_by_other_end(group):
+    return {rows_gathered(op) for op in group.core + group.recomputed
+            if isinstance(op, Gather) and op.by != group.at}
+
+
+def _waits_on(group, other, ops):
+    """Does `group` read, through any chain of ops outside it, a value `other` makes?"""
+    members = set(group.core) | set(group.recomputed)
+    made = set(other.core) - set(group.recomputed)
+    reaches = set()             # ops that depend on a value `other` makes
+    for op in ops:
+        if op in made or any(a in reaches for a in op.args if a not in members):
+            reaches.add(op)
+    return any(a in reaches for op in members for a in op.args if a not in members)
 
 
 def _recompute_chain(op, owner, limit, graph, free=None):
@@ -273,8 +328,10 @@ def _recompute_chain(op, owner, limit, graph, free=None):
 class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
     extra read per edge: computed in registers, or a gather by the group's own end (read
-    once per vertex) or one the group computes already. `present(x)`: computed by the
-    group already, so recomputing it again costs nothing (not counted in the limit)."""
+    once per vertex) or one the group computes already, or one that gathers the same
+    vertex rows as a gather the group computes, in another float precision
+    (`rows_gathered`). `present(x)`: computed by the group already, so recomputing it
+    again costs nothing (not counted in the limit)."""
 
     def __init__(self, group, core, extra):
         self.at, self.core, self.extra = group.at, core, extra
@@ -283,7 +340,24 @@ class FreeReads:
         return x in self.core or x in self.extra
 
     def __call__(self, x):
-        return not isinstance(x, Gather) or x.by == self.at or self.present(x)
+        if not isinstance(x, Gather) or x.by == self.at or self.present(x):
+            return True
+        rows = rows_gathered(x)
+        return any(isinstance(y, Gather) and y.graph is x.graph and y.by == x.by and
+                   rows_gathered(y) is rows for y in list(self.core) + self.extra)
+
+
+def rows_gathered(gather):
+    """The node value whose rows `gather` reads, past casts to a wider float: those hold
+    the same values exactly. Under wide_accumulation an aggregation's message gathers a
+    float64 copy of a node tensor that the float32 code gathers too (GAT's backward: the
+    output gradient, for the features' gradient and for the logits' gradient), so a walk
+    that reads one of them reads that vertex's values for the edge already."""
+    x = gather.args[0]
+    while isinstance(x, Cast) and x.dtype.kind == x.args[0].dtype.kind == "f" and \
+            x.dtype.itemsize >= x.args[0].dtype.itemsize:
+        x = x.args[0]
+    return x
 
 
 def _chain(op, owner, limit, graph, read_narrower, free=None):
