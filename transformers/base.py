@@ -544,7 +544,7 @@ class Transformer:
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""
         from ngnn.passes import BufferSharing
-        return self.fusion_passes() + [BufferSharing()]
+        return self.fusion_passes(vertex_gathers=True) + [BufferSharing()]
 
     def fusion_passes(self, **options):
         from ngnn.passes import Fusion

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply
+from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply, Sum
 from ngnn.op_graph.printer import IRNames, op_comment
 
 from . import kernels as K
@@ -112,11 +112,22 @@ class FusedGroupWriter:
             offset += -(-nbytes // 64) * 64
         return lines, offset
 
+    def unwritten(self):
+        """The group's ops a block never writes (sparse products' gathers and messages,
+        dot products' factors' product); sets self.products and self.row_dots."""
+        other = "src" if self.group.at == "dst" else "dst"
+        self.products, skipped = self.sparse_products(other)
+        self.row_dots = self.dot_products(skipped)
+        return skipped | set(self.row_dots.values())
+
     def edge_block_limit(self):
         """Edges per block so that one block's edge intermediates, and the rows it reads of
-        stored edge values, fit the byte budget."""
+        stored edge values, fit the byte budget. (The values sparse products skip count:
+        the budget was tuned with them; a dot product's product does not.)"""
+        self.unwritten()
+        unwritten = set(self.row_dots.values())
         per_edge = sum(op.nbytes // max(self.E, 1) for op in self.group.ops + self.group.inputs
-                       if self.is_edge_sized(op))
+                       if self.is_edge_sized(op) and op not in unwritten)
         return max(1, self.block_bytes // max(per_edge, 1))
 
     def is_edge_sized(self, op):
@@ -142,7 +153,7 @@ class FusedGroupWriter:
         end = "dst" if group.at == "dst" else "src"
         other = "src" if end == "dst" else "dst"
         csr = "in" if end == "dst" else "out"
-        self.products, skipped = self.sparse_products(other)
+        skipped = self.unwritten()
         lines = [f"def {group.name}({', '.join(params)}):",
                  f"    # {len(group.ops)} ops, {'destination' if end == 'dst' else 'source'}"
                  f"-parallel over the {csr}-CSR; edge values live one block at a time"]
@@ -202,6 +213,8 @@ class FusedGroupWriter:
             lines.append(f"        seg = {g}.{csr}_indptr[v0:v1 + 1] - p0")
         if own_ends:
             lines.append(f"        {end} = K.segment_ids(seg, v0)")
+        if f"{end}_in_block" in used:
+            lines.append(f"        {end}_in_block = {end} - v0")
         if permuted:
             lines.append("        in_pos = in_csr[p0:p1]   # this block's edges in the in-CSR")
         counts = {"n_e": "p1 - p0", "n_v": "v1 - v0"}
@@ -261,15 +274,17 @@ class FusedGroupWriter:
             return op in members and op not in self.group.outputs and len(users.get(op, [])) == 1
 
         def gathered(op):
-            return isinstance(op, Gather) and op.by == other and op.args[0] not in members \
-                and private(op)
+            return isinstance(op, Gather) and op.by == other and op.args[0] not in members
 
+        # A gather other ops of the block read too (an attention's backward reads the
+        # sources' features for the weighted sum and for the logits' gradient) is still
+        # made for them; the product reads the node tensor all the same.
         products, skipped = {}, set()
         for agg in self.group.ops:
             if not isinstance(agg, Aggregate) or agg.reduce not in ("sum", "mean"):
                 continue
             (msg,) = agg.args
-            if gathered(msg):
+            if gathered(msg) and private(msg):
                 products[agg] = (msg.args[0], None)
                 skipped.add(msg)
             elif isinstance(msg, Multiply) and private(msg):
@@ -277,15 +292,31 @@ class FusedGroupWriter:
                     if gathered(g) and w.ndim == g.ndim and per_head(w.shape, g.shape) and \
                             w.dtype == g.dtype and w is not g:
                         products[agg] = (g.args[0], w)
-                        skipped.update((msg, g))
+                        skipped.update((msg, g) if private(g) else (msg,))
                         break
         return products, skipped
 
-    def statements(self, op, local, end):
-        # Block values are named "b_" + the tensor's name after its "t_" prefix (the IR's
-        # id: ngnn/naming.py): unique, and clear of the tensors' and the generator's own.
-        name = "b" + self.names[op][1:]
-        local[op] = name
+    def dot_products(self, skipped):
+        """Sums over trailing axes of a product of two edge values of one shape (a
+        per-head dot product of gathered features: the gradient of attention logits) run
+        as one np.einsum of the two factors, so their (E, heads, features) product is
+        never written. Returns {sum: product}."""
+        users = {}
+        for op in self.group.ops:
+            for a in op.args:
+                users.setdefault(a, []).append(op)
+        dots = {}
+        for op in self.group.ops:
+            product = op.args[0] if type(op) is Sum else None
+            if isinstance(product, Multiply) and product not in skipped and \
+                    op.scope == "e" and op.numpy.startswith("np.einsum(") and \
+                    product not in self.group.outputs and users[product] == [op] and \
+                    all(a.shape == product.shape for a in product.args):
+                dots[op] = product
+        return dots
+
+    def arguments(self, op, local):
+        """How the block's statement for `op` names each argument."""
         args = []
         for a in op.args:
             if a in local:
@@ -295,10 +326,29 @@ class FusedGroupWriter:
                 full = self.names[a]
                 args.append({"all": full, "edges": self.edge_rows(a),
                              "vertices": f"{full}[v0:v1]"}[how])
+        return args
+
+    def statements(self, op, local, end):
+        # Block values are named "b_" + the tensor's name after its "t_" prefix (the IR's
+        # id: ngnn/naming.py): unique, and clear of the tensors' and the generator's own.
+        name = "b" + self.names[op][1:]
+        local[op] = name
+        args = self.arguments(op, local)
         shape = BlockShape("n_e" if op.scope == "e" else "n_v", op.shape)
+        if op in self.row_dots:
+            x, y = self.arguments(self.row_dots[op], local)
+            subscripts, out = re.match(r"np\.einsum\('(\w+->\w*)', \{x\}, out=(.*)\)$",
+                                       op.numpy).groups()
+            inputs = subscripts.split("->")[0]
+            self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+            return [f"np.einsum('{inputs},{subscripts}', {x}, {y}, "
+                    f"out={out.format(out=name)})"]
         if isinstance(op, Gather):
+            # A value this block made (a vertex gather, by the group's own end: Fusion's
+            # vertex_gathers) holds the block's vertices only, row 0 for v0.
+            index = f"{op.by}_in_block" if op.args[0] in local else op.by
             # mode="clip" takes without checking again: the graph checked its ids.
-            return [f"{name} = np.take({args[0]}, {op.by}, axis=0, "
+            return [f"{name} = np.take({args[0]}, {index}, axis=0, "
                     f"out={self.scratch_rows(op, name)}, mode='clip')"]
         if isinstance(op, Aggregate):
             target = f"{self.names[op]}[v0:v1]" if op in self.group.outputs else \
