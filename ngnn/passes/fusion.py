@@ -15,7 +15,7 @@ the group members in `computation.steps` (the execution order) by the groups.
 """
 import heapq
 
-from ..op_graph import (Aggregate, Broadcast, Cast, EdgeSoftmax, ElementWise, Gather,
+from ..op_graph import (Aggregate, Broadcast, EdgeSoftmax, ElementWise, Gather,
                         Reduction, Reshape)
 from .base import GraphPass
 
@@ -70,7 +70,7 @@ class Fusion(GraphPass):
     `vertex_gathers` lets a group go on through a gather, at the group's own end, of a value
     it aggregated: that is the vertex's own value, known before its edge loop, so a whole
     attention (max, sum, weighted sum) becomes one group (the GPU's kernels compute such a
-    value once per vertex; NumPy's blocked groups do not yet)."""
+    value once per vertex, NumPy's blocks for the block's vertices)."""
 
     def __init__(self, recompute=True, max_recompute=16, single_ops=False,
                  vertex_gathers=False):
@@ -234,13 +234,16 @@ def add_recompute(group, groups, limit, vertex_reads=False):
     (E, H, 1) attention instead of storing the product); without dropout the attention
     itself is recomputed and nothing is stored (docs/fusion.md: E x H floats less).
 
-    With `vertex_reads` (a GPU group computes a gather by its own end once per vertex,
-    before the edge loop), only what the recomputation reads per edge counts against its
-    width: wider values computed in registers are free, and so are gathers by the group's
-    own end and gathers the group already reads. So the source-side group of an
-    attention's backward recomputes the gradient of the logits, a per-head dot product of
-    the destination's gradient (which it reads anyway) with its own features, instead of
-    reading it stored (E x heads) from the destination-side group."""
+    With `vertex_reads` (a group computes a gather by its own end once per vertex, before
+    the edge loop), only what the recomputation reads per edge counts against its width:
+    wider values computed in registers are free, and so are gathers by the group's own end
+    and gathers the group already reads. So the source-side group of an attention's
+    backward recomputes the gradient of the logits, a per-head dot product of the
+    destination's gradient (which it reads anyway) with its own features, instead of
+    reading it stored (E x heads) from the destination-side group. This is the one rule
+    for what is recomputed (docs/fusion.md, "What an attention's training step stores"):
+    a value whose recomputation loads per edge only rows the walk loads anyway, or rows
+    no wider than the value, costs no more than storing it and reading it back."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
@@ -281,7 +284,7 @@ def add_recompute(group, groups, limit, vertex_reads=False):
 
 def merge_siblings(groups, ops):
     """Groups over the same graph and end that gather the same node value by their other
-    end (up to a cast: `rows_gathered`), neither waiting on the other, become one walk: it reads each of those rows once
+    end, neither waiting on the other, become one walk: it reads each of those rows once
     (TransformerConv's backward: the gradients of keys and of values both read the
     query of each edge's destination). Edits `groups` in place; returns the merged ones,
     whose recomputation is chosen again (their reads are the union of both)."""
@@ -305,7 +308,7 @@ def merge_siblings(groups, ops):
 
 
 def _gathers_by_other_end(group):
-    return {rows_gathered(op) for op in group.core + group.recomputed
+    return {op.args[0] for op in group.core + group.recomputed
             if isinstance(op, Gather) and op.by != group.at}
 
 
@@ -328,10 +331,8 @@ def _recompute_chain(op, owner, limit, graph, free=None):
 class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
     extra read per edge: computed in registers, or a gather by the group's own end (read
-    once per vertex) or one the group computes already, or one that gathers the same
-    vertex rows as a gather the group computes, in another float precision
-    (`rows_gathered`). `present(x)`: computed by the group already, so recomputing it
-    again costs nothing (not counted in the limit)."""
+    once per vertex) or one the group computes already. `present(x)`: computed by the
+    group already, so recomputing it again costs nothing (not counted in the limit)."""
 
     def __init__(self, group, core, extra):
         self.at, self.core, self.extra = group.at, core, extra
@@ -340,24 +341,7 @@ class FreeReads:
         return x in self.core or x in self.extra
 
     def __call__(self, x):
-        if not isinstance(x, Gather) or x.by == self.at or self.present(x):
-            return True
-        rows = rows_gathered(x)
-        return any(isinstance(y, Gather) and y.graph is x.graph and y.by == x.by and
-                   rows_gathered(y) is rows for y in list(self.core) + self.extra)
-
-
-def rows_gathered(gather):
-    """The node value whose rows `gather` reads, past casts to a wider float: those hold
-    the same values exactly. Under wide_accumulation an aggregation's message gathers a
-    float64 copy of a node tensor that the float32 code gathers too (GAT's backward: the
-    output gradient, for the features' gradient and for the logits' gradient), so a walk
-    that reads one of them reads that vertex's values for the edge already."""
-    x = gather.args[0]
-    while isinstance(x, Cast) and x.dtype.kind == x.args[0].dtype.kind == "f" and \
-            x.dtype.itemsize >= x.args[0].dtype.itemsize:
-        x = x.args[0]
-    return x
+        return not isinstance(x, Gather) or x.by == self.at or self.present(x)
 
 
 def _chain(op, owner, limit, graph, read_narrower, free=None):
