@@ -212,13 +212,21 @@ def _merge(into, other):
 
 
 def _graph_finder(ops):
-    """The graph an edge-scoped value runs over (inherited from its arguments)."""
+    """The graph an edge-scoped value runs over (inherited from its arguments; an edge
+    value made from edge inputs alone, a user's edge features cast or reshaped, takes the
+    graph of the edge values it is combined with: its rows are their edges)."""
     graph = {}
     for op in ops:
         g = getattr(op, "graph", None)
         if g is None:
             g = next((graph[a] for a in op.args if graph.get(a) is not None), None)
         graph[op] = g
+    for op in reversed(ops):
+        for a in op.args:
+            if a.scope == "e" and graph.get(a) is None and graph.get(op) is not None and \
+                    op.scope == "e" and a.shape[:1] == op.shape[:1] and \
+                    not isinstance(a, (Reshape, Broadcast)):    # views stay views
+                graph[a] = graph[op]
     return graph.get
 
 
@@ -331,7 +339,7 @@ def _recompute_chain(op, owner, limit, graph, free=None):
 class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
     extra read per edge: computed in registers, or a gather by the group's own end (read
-    once per vertex) or one the group computes already. `present(x)`: computed by the
+    once per vertex) or one (or a read of an edge input) the group computes already. `present(x)`: computed by the
     group already, so recomputing it again costs nothing (not counted in the limit)."""
 
     def __init__(self, group, core, extra):
@@ -341,7 +349,20 @@ class FreeReads:
         return x in self.core or x in self.extra
 
     def __call__(self, x):
-        return not isinstance(x, Gather) or x.by == self.at or self.present(x)
+        if isinstance(x, Gather):
+            return x.by == self.at or self.present(x)
+        # A value read straight from an edge input (a user's edge features) loads a row per
+        # edge, as a gather by the other end does.
+        if any(_edge_input(a, x.shape[:1]) for a in x.args):
+            return self.present(x)
+        return True
+
+
+def _edge_input(x, rows):
+    """Is `x` an input with `rows` rows, or a reshaped view of one?"""
+    while isinstance(x, (Reshape, Broadcast)):
+        x = x.args[0]
+    return not x.args and x.shape[:1] == rows
 
 
 def _chain(op, owner, limit, graph, read_narrower, free=None):
