@@ -263,7 +263,8 @@ def add_recompute(group, groups, limit, vertex_reads=False):
 
     wanted = list(dict.fromkeys(read_from_others(group.core)))
     free = FreeReads(group, core, extra) if vertex_reads else None
-    while wanted:
+    while True:
+        made = len(extra)
         if vertex_reads:
             # Whole chains first, until none is added: each one added makes more reads
             # free for the others (the order of the group's ops does not decide).
@@ -281,12 +282,15 @@ def add_recompute(group, groups, limit, vertex_reads=False):
                 chain = _recompute_chain(a, owner, limit, group.graph, free)
                 if chain is not None:
                     extra.extend(c for c in chain if c not in extra and c not in core)
+        if len(extra) == made:
+            break
         # A chain that reads narrower values of its ancestry (too long to recompute whole)
         # reads them from their group: each is a value wanted in its own right, recomputed
         # when its own chain is within the limit (GATv2's source-side backward: the
-        # gradient of its messages reads the attention and the logits' gradient).
-        tried = set(wanted)
-        wanted = [a for a in dict.fromkeys(read_from_others(extra)) if a not in tried]
+        # gradient of its messages reads the attention and the logits' gradient). And
+        # what is recomputed now is present for the values tried before (not counted in
+        # the limit), so they are tried again.
+        wanted += [a for a in dict.fromkeys(read_from_others(extra)) if a not in wanted]
     group.recomputed = extra
 
 
