@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather, Multiply, Sum
+from ngnn.op_graph import Aggregate, Broadcast, Dropout, EdgeSoftmax, Gather, Multiply, Sum
 from ngnn.op_graph.printer import IRNames, op_comment
 
 from . import kernels as K
@@ -37,11 +37,13 @@ class BlockShape:
 
 def per_head(weight_shape, value_shape):
     """Does an edge weight scale whole rows of heads of a gathered value? (E, H, 1) does for
-    (E, H, F), and (E, 1) for (E, F)."""
+    (E, H, F), and (E, 1) for (E, F); (E, H, F) does not (a product per column of the value
+    would run one sparse product per feature)."""
     heads = list(weight_shape[1:])
     while heads and heads[-1] == 1:
         heads.pop()
-    return tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
+    return len(heads) < len(value_shape) - 1 and \
+        tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
 
 
 def csr_ordered_values(writers, plain_ops, results):
@@ -289,6 +291,8 @@ class FusedGroupWriter:
                 skipped.add(msg)
             elif isinstance(msg, Multiply) and private(msg):
                 for g, w in (msg.args, msg.args[::-1]):
+                    if isinstance(w, Broadcast) and w.args[0].ndim == w.ndim:
+                        w = w.args[0]      # a per-head weight spread over the features
                     if gathered(g) and w.ndim == g.ndim and per_head(w.shape, g.shape) and \
                             w.dtype == g.dtype and w is not g:
                         products[agg] = (g.args[0], w)
