@@ -86,7 +86,7 @@ class Fusion(GraphPass):
             for group in groups:
                 add_recompute(group, groups, self.max_recompute,
                               vertex_reads=self.vertex_gathers)
-            for group in merge_siblings(groups, ops):
+            for group in merge_siblings(groups):
                 add_recompute(group, groups, self.max_recompute,
                               vertex_reads=self.vertex_gathers)
         recomputed_only = finish_groups(groups, ops, computation.results)
@@ -294,7 +294,7 @@ def add_recompute(group, groups, limit, vertex_reads=False):
     group.recomputed = extra
 
 
-def merge_siblings(groups, ops):
+def merge_siblings(groups):
     """Groups over the same graph and end that gather the same node value by their other
     end, neither waiting on the other, become one walk: it reads each of those rows once
     (TransformerConv's backward: the gradients of keys and of values both read the
@@ -308,7 +308,8 @@ def merge_siblings(groups, ops):
             if other.merged_into is None and other.graph is group.graph and \
                     other.at == group.at and _gathers_by_other_end(group) & \
                     _gathers_by_other_end(other) and \
-                    not _waits_on(group, other, ops) and not _waits_on(other, group, ops):
+                    not _waits_on(group, other, groups) and \
+                    not _waits_on(other, group, groups):
                 _merge(group, other)
                 group.recomputed = []
                 if group not in merged:
@@ -324,15 +325,27 @@ def _gathers_by_other_end(group):
             if isinstance(op, Gather) and op.by != group.at}
 
 
-def _waits_on(group, other, ops):
-    """Does `group` read, through any chain of ops outside it, a value `other` makes?"""
-    members = set(group.core) | set(group.recomputed)
-    made = set(other.core) - set(group.recomputed)
-    reaches = set()             # ops that depend on a value `other` makes
-    for op in ops:
-        if op in made or any(a in reaches for a in op.args if a not in members):
-            reaches.add(op)
-    return any(a in reaches for op in members for a in op.args if a not in members)
+def _waits_on(group, other, groups):
+    """Does `group` wait on `other`, through any chain of ops and groups? (A group runs
+    after every group any of its members' arguments come from.)"""
+    member_of = {op: g for g in groups for op in g.core}
+
+    def needs(node):
+        if isinstance(node, FusedGroup):
+            members = set(node.core) | set(node.recomputed)
+            return {member_of.get(a, a) for op in members for a in op.args
+                    if a not in members}
+        return {member_of.get(a, a) for a in node.args}
+
+    seen, stack = {group}, [group]
+    while stack:
+        for before in needs(stack.pop()):
+            if before is other:
+                return True
+            if before not in seen:
+                seen.add(before)
+                stack.append(before)
+    return False
 
 
 def _recompute_chain(op, owner, limit, graph, free=None):
