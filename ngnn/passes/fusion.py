@@ -356,8 +356,9 @@ def _recompute_chain(op, owner, limit, graph, free=None):
 class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
     extra read per edge: computed in registers, or a gather by the group's own end (read
-    once per vertex) or one (or a read of an edge input) the group computes already. `present(x)`: computed by the
-    group already, so recomputing it again costs nothing (not counted in the limit)."""
+    once per vertex) or one (or a read of an edge input) the group computes already.
+    `present(x)`: computed by the group already, so recomputing it again costs nothing
+    (not counted in the limit)."""
 
     def __init__(self, group, core, extra):
         self.at, self.core, self.extra = group.at, core, extra
