@@ -226,9 +226,13 @@ def test_attention_stores_alpha_only_when_asked(case, backend):
 # What a training step of each attention layer stores per edge, on both backends, with
 # float32 sums and with float64 ones (wide_accumulation, `ngnn train`'s default): nothing,
 # but for TransformerConv with edge features, which encodes them with a matrix product
-# outside any walk (E x heads x out_feats, and its gradient) and keeps what depends on them
+# outside any walk (E x heads x out_feats, and its gradient) and keeps what depends on them,
+# and, with float64 sums, for the layers whose source-side walk would have to read the
+# output gradient's rows twice, in float32 (the logits' gradient) and widened (the
+# features' gradient), to recompute the logits' gradient: they keep it, E x heads
 # (docs/fusion.md, "What an attention's training step stores").
 ENCODES_EDGE_FEATURES = {"TransformerConv"}
+WIDE_SUMS_KEEP_LOGITS_GRADIENT = {"GATConv", "TransformerConvNoEdgeFeatures"}
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["float32_sums", "float64_sums"])
@@ -236,7 +240,7 @@ ENCODES_EDGE_FEATURES = {"TransformerConv"}
 @pytest.mark.parametrize("case", ATTENTION, ids=lambda case: case.name)
 def test_attention_training_step_keeps_nothing_edge_sized(case, backend, wide):
     """An attention layer's forward and the gradients of its weights and input features,
-    planned together on Cora: no (E, ...) buffer. The backward recomputes the weights from
+    planned together on Cora: no (E, ...) buffer (but as listed above). The backward recomputes the weights from
     the per-vertex log-sum-exp and the logits and their gradient in each walk that reads
     them; parameters used per edge get their gradient through per-vertex sums
     (ngnn.passes.EdgeSumsByVertex)."""
@@ -249,5 +253,7 @@ def test_attention_training_step_keeps_nothing_edge_sized(case, backend, wide):
     if case.name in ENCODES_EDGE_FEATURES:
         assert {width for width, _ in stored} <= {HEADS, HEADS * HIDDEN, case.edge_dim}, stored
         assert max(width for width, _ in stored) == HEADS * HIDDEN, stored
+    elif wide and case.name in WIDE_SUMS_KEEP_LOGITS_GRADIENT:
+        assert [width for width, _ in stored] == [HEADS], stored
     else:
         assert stored == [], stored

@@ -25,8 +25,7 @@ Edge softmax denominators are accumulated in float64 by the kernels themselves.
 Then the rounding moves past the ops that still add to the value, so they add in float64:
 communication (mirror reduction, all-reduce), sums of widened values (a weight read
 twice; the slices of a split product), a division by a constant (a distributed mean),
-and layout ops. Last, a float32 gather of a value that is also gathered widened reads
-the widened rows (`share_widened_rows`).
+and layout ops.
 """
 import numpy as np
 
@@ -53,7 +52,6 @@ class WideAccumulation(GraphPass):
                     if replacement is not None:
                         op.forward = replacement
                         changed = True
-        share_widened_rows(computation.results)
 
     def round(self, wide):
         narrow = Cast(wide, F32)
@@ -93,25 +91,6 @@ class WideAccumulation(GraphPass):
                 args[1].dtype == F32:
             return self.round(op.with_args([inner[0], Constant(args[1].value, dtype=F64)]))
         return None
-
-
-def share_widened_rows(results):
-    """A float32 gather of x next to a gather of x widened (an aggregation's message), over
-    the same graph and end, reads the widened rows and rounds them back (exactly: they
-    are x's values): a walk that needs both loads each row once. (GAT's backward reads
-    the output gradient at each edge's destination for the features' gradient, widened,
-    and for the logits' gradient.)"""
-    ops = ordered_ops(results)
-    widened = {}
-    for op in ops:
-        if isinstance(op, Gather) and isinstance(op.args[0], Cast) and \
-                op.dtype == F64 and op.args[0].args[0].dtype == F32:
-            widened.setdefault((id(op.graph), op.by, id(op.args[0].args[0])), op)
-    for op in ops:
-        if isinstance(op, Gather) and op.dtype == F32 and op.forward is None:
-            wide_rows = widened.get((id(op.graph), op.by, id(op.args[0])))
-            if wide_rows is not None:
-                op.forward = Cast(wide_rows, F32)
 
 
 def wide(x):
