@@ -168,7 +168,13 @@ class GATv2Conv(Case):
 
 class TransformerConv(Case):
     attention = True
-    edge_dim = 3
+
+    def __init__(self, edge_dim=3):
+        self.edge_dim = edge_dim
+
+    @property
+    def name(self):
+        return "TransformerConv" + ("" if self.edge_dim else "NoEdgeFeatures")
 
     def ngnn(self, in_feats, dtype):
         return nn.TransformerConv(in_feats, HIDDEN, HEADS, edge_dim=self.edge_dim, dtype=dtype)
@@ -176,8 +182,10 @@ class TransformerConv(Case):
     def pyg(self, in_feats):
         return pyg.TransformerConv(in_feats, HIDDEN, HEADS, edge_dim=self.edge_dim)
 
-    pairs = linear("lin_query") + linear("lin_key") + linear("lin_value") + \
-        linear("lin_edge", bias=False) + linear("lin_skip")
+    @property
+    def pairs(self):
+        return linear("lin_query") + linear("lin_key") + linear("lin_value") + \
+            (linear("lin_edge", bias=False) if self.edge_dim else []) + linear("lin_skip")
 
     def run_ngnn(self, layer, g, h, e=None, **options):
         return layer(g, h, e, **options)
@@ -351,5 +359,5 @@ class PNAConv(Case):
 
 
 CASES = [GCNConv(), GATConv(), SAGEConv(), GINConv(), GatedGCNConv(), GATv2Conv(),
-         TransformerConv(), AGNNConv(), APPNPConv(), SGConv(), GCN2Conv(),
+         TransformerConv(), TransformerConv(edge_dim=None), AGNNConv(), APPNPConv(), SGConv(), GCN2Conv(),
          GCN2Conv(shared_weights=False), ChebConv(), GINEConv(), EdgeConv(), PNAConv()]

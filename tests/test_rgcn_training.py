@@ -52,3 +52,13 @@ def test_rgcn_on_an_untyped_dataset_is_an_error(capsys):
     assert code == 1
     assert "rgcn needs a dataset with relation-typed edges (aifb, mutag_rdf); cora has none" \
         in capsys.readouterr().err
+
+
+def test_rgcn_over_minibatches_is_a_clear_error(capsys):
+    """Minibatch programs do not carry edge types through their graph slots yet: R-GCN
+    over sampled blocks says so instead of training on untyped blocks."""
+    code = main(["train", "--model", "rgcn", "--dataset", "aifb", "--batch-size", "64",
+                 "--epochs", "1", "--no-progress"])
+    assert code == 1
+    assert "minibatch training (batch_size / --batch-size) does not carry edge types" \
+        in capsys.readouterr().err

@@ -186,22 +186,18 @@ def test_attention_weights_equal_pygs(transformer_factory, case, graph_name):
 
 # The widest edge value (floats per edge) each attention layer's forward pass stores without
 # return_attention, on NumPy and on the GPU. Every softmax keeps a per-vertex log-sum-exp
-# and its weights are recomputed from it (ngnn.passes.SoftmaxByLogSumExp), so no layer
-# stores them. GAT's logits are recomputed from gathered per-vertex halves, so nothing is
-# stored. On NumPy the others' logits are per-head dot products over (E, heads, features)
-# values, which Fusion stores (E x heads) rather than recompute (docs/fusion.md); the GPU's
-# groups recompute them. TransformerConv's encoded edge features (a product of the edge
-# input) are read by two groups, so they are stored.
-STORED_EDGE_WIDTH = {
-    "numpy": {"GATConv": 0, "GATv2Conv": HEADS, "AGNNConv": 1,
-              "TransformerConv": HEADS * HIDDEN},
-    "gpu": {"GATConv": 0, "GATv2Conv": 0, "AGNNConv": 0, "TransformerConv": HEADS * HIDDEN},
-}
+# and its weights are recomputed from it (ngnn.passes.SoftmaxByLogSumExp); the logits are
+# recomputed from gathered per-vertex values in each group that reads them (Fusion:
+# docs/fusion.md). TransformerConv's encoded edge features (a product of the edge input,
+# computed outside any group) are read by two groups, so they are stored.
+STORED_EDGE_WIDTH = {backend: {case.name: HEADS * HIDDEN if case.edge_dim else 0
+                               for case in CASES if case.attention}
+                     for backend in ("numpy", "gpu")}
 
 
-def stored_edge_values(results, placeholders, num_edges, backend):
+def stored_edge_values(results, placeholders, num_edges, backend, **options):
     """(floats per edge, op type) of each edge-sized buffer of the plan of `results`."""
-    with ng.transformers.make_transformer(backend) as t:
+    with ng.transformers.make_transformer(backend, **options) as t:
         comp = t.computation(results, *placeholders)
         comp.transform()
         return sorted((int(np.prod(op.shape[1:])), type(op).__name__)
@@ -227,13 +223,37 @@ def test_attention_stores_alpha_only_when_asked(case, backend):
     assert len(widths[True]) > len(widths[False]), stored
 
 
-def test_gat_training_step_keeps_nothing_edge_sized_on_the_gpu():
-    """GATConv's forward and every gradient, planned together on the GPU: the backward
-    recomputes the weights from the per-vertex log-sum-exp and the logits' gradient in the
-    source-side group, so no (E, ...) buffer is planned."""
-    case = next(case for case in ATTENTION if case.name == "GATConv")
+# What a training step of each attention layer stores per edge, on both backends, with
+# float32 sums and with float64 ones (wide_accumulation, `ngnn train`'s default): nothing,
+# but for TransformerConv with edge features, which encodes them with a matrix product
+# outside any walk (E x heads x out_feats, and its gradient) and keeps what depends on them,
+# and, with float64 sums, for the layers whose source-side walk would have to read the
+# output gradient's rows twice, in float32 (the logits' gradient) and widened (the
+# features' gradient), to recompute the logits' gradient: they keep it, E x heads
+# (docs/fusion.md, "What an attention's training step stores").
+ENCODES_EDGE_FEATURES = {"TransformerConv"}
+WIDE_SUMS_KEEP_LOGITS_GRADIENT = {"GATConv", "TransformerConvNoEdgeFeatures"}
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["float32_sums", "float64_sums"])
+@pytest.mark.parametrize("backend", ["numpy", "gpu"])
+@pytest.mark.parametrize("case", ATTENTION, ids=lambda case: case.name)
+def test_attention_training_step_keeps_nothing_edge_sized(case, backend, wide):
+    """An attention layer's forward and the gradients of its weights and input features,
+    planned together on Cora: no (E, ...) buffer (but as listed above). The backward recomputes the weights from
+    the per-vertex log-sum-exp and the logits and their gradient in each walk that reads
+    them; parameters used per edge get their gradient through per-vertex sums
+    (ngnn.passes.EdgeSumsByVertex)."""
     setup = Setup(case, "cora")
-    out = case.run_ngnn(setup.layer, setup.g, setup.h, setup.ef)
+    out = case.run_ngnn(setup.layer, setup.g, setup.h, setup.ef, training=True)
     loss = ng.sum(out * out)
-    results = [loss] + ng.grad(loss, setup.placeholders + setup.layer.parameters())
-    assert stored_edge_values(results, setup.placeholders, setup.g.num_edges, "gpu") == []
+    results = [loss] + ng.grad(loss, [setup.h] + setup.layer.parameters())
+    stored = stored_edge_values(results, setup.placeholders, setup.g.num_edges, backend,
+                                wide_accumulation=wide)
+    if case.name in ENCODES_EDGE_FEATURES:
+        assert {width for width, _ in stored} <= {HEADS, HEADS * HIDDEN, case.edge_dim}, stored
+        assert max(width for width, _ in stored) == HEADS * HIDDEN, stored
+    elif wide and case.name in WIDE_SUMS_KEEP_LOGITS_GRADIENT:
+        assert [width for width, _ in stored] == [HEADS], stored
+    else:
+        assert stored == [], stored

@@ -535,14 +535,16 @@ class Transformer:
 
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
-        from ngnn.passes import (AggregateTransformOrder, CSE, OperationBatching,
-                                 RecomputeDropout, SimplePrune, SoftmaxByLogSumExp,
-                                 WideAccumulation)
+        from ngnn.passes import (AggregateTransformOrder, CSE, EdgeSumsByVertex,
+                                 OperationBatching, RecomputeDropout, SimplePrune,
+                                 SoftmaxByLogSumExp, WideAccumulation)
         from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it,
         # and no pass after it meets a traced per-vertex value.
         # SoftmaxByLogSumExp first: SimplePrune drops the divisions by 1 it leaves.
-        rewrites = [SoftmaxByLogSumExp(), SimplePrune(evaluate), CSE()] if self.optimize else []
+        # EdgeSumsByVertex before SimplePrune and CSE, which tidy what it builds.
+        rewrites = [SoftmaxByLogSumExp(), EdgeSumsByVertex(), SimplePrune(evaluate), CSE()] \
+            if self.optimize else []
         if self.optimize and self.aggregate_transform_order:
             rewrites.append(AggregateTransformOrder())     # ends with a CSE of its own
         # After every CSE, which would merge the copies again.
@@ -554,7 +556,7 @@ class Transformer:
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""
         from ngnn.passes import BufferSharing
-        return self.fusion_passes() + [BufferSharing()]
+        return self.fusion_passes(vertex_gathers=True) + [BufferSharing()]
 
     def fusion_passes(self, **options):
         from ngnn.passes import Fusion

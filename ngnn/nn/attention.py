@@ -130,10 +130,15 @@ class AGNNConv(Layer):
         self.beta = self.variable("beta", (1,), np.ones(1)) if learn_beta else 1.0
 
     def __call__(self, g, h, training=False, return_attention=False):
-        # Unit rows, as torch.nn.functional.normalize: a zero row stays zero.
-        unit = h / ng.maximum(ng.sqrt(ng.sum(h * h, axis=-1, keepdims=True)), 1e-12)
-        with ng.zoomIn(g, node_feat={"h": h, "unit": unit}) as v:
-            logits = [self.beta * ng.sum(n.unit * v.unit, axis=-1, keepdims=True)
+        # cos(h_u, h_v) = (h_u . h_v) / (|h_u| |h_v|), each norm at least 1e-12 as in
+        # torch.nn.functional.normalize (a zero row has cosine 0). Written with the rows
+        # of h themselves, not unit rows: the weighted sum reads each neighbour's h row
+        # anyway, so a backward walk recomputes the logits from rows it reads plus one
+        # float per edge instead of keeping them (E floats) from the forward pass.
+        inverse_norm = 1.0 / ng.maximum(ng.sqrt(ng.sum(h * h, axis=-1, keepdims=True)), 1e-12)
+        with ng.zoomIn(g, node_feat={"h": h, "inverse_norm": inverse_norm}) as v:
+            logits = [self.beta * (ng.sum(n.h * v.h, axis=-1, keepdims=True) *
+                                   n.inverse_norm * v.inverse_norm)
                       for n in v.innbs]
             attention = softmax_over_in_edges(logits)
             rst = sum(a * n.h for a, n in zip(attention, v.innbs))

@@ -5,6 +5,7 @@ from .block_planning import BlockPlan, BlockPlanning
 from .buffer_sharing import BufferSharing, MemoryPlan
 from .cse import CSE
 from .decompose import Decompose
+from .edge_sums_by_vertex import EdgeSumsByVertex
 from .factor_products import FactorProducts
 from .fusion import FusedGroup, Fusion
 from .kernel_planning import KernelGroup, KernelPlanning
@@ -21,4 +22,4 @@ __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrun
            "BlockPlanning", "BlockPlan",
            "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
            "WideAccumulation", "SoftmaxByLogSumExp", "Decompose",
-           "ZeroRowProducts"]
+           "ZeroRowProducts", "EdgeSumsByVertex"]

@@ -7,8 +7,11 @@ decided here, per group (`GroupBlocks`):
     rows it reads of stored edge values fit the byte budget (`fusion_block_bytes`, 8 MiB
     by default: near the size of the cache);
   - `products`: the sum and mean aggregations of `weight * gather(x)` (or of `gather(x)`)
-    that run as sparse products, one per attention head, reading x's rows in place, and
-    `skipped`, the ops they make unnecessary (the gathered copy is never made);
+    that run as sparse products, one per attention head, reading x's rows in place;
+  - `row_dots`: sums over trailing axes of a product of two edge values of one shape (a
+    per-head dot product of gathered features: the gradient of attention logits), run as
+    one np.einsum of the two factors; `skipped`, the ops these make unnecessary (the
+    gathered copy, the (E, heads, features) product are never made);
   - `reads_own_ends`: whether a block makes its edges' own-end vertex ids (only a gather by
     the group's own end reads them);
   - `rows_of(arg, user)`: how a block reads an input: edge rows, vertex rows, or whole;
@@ -25,7 +28,7 @@ sets `computation.block_plan`; it rewrites nothing.
 """
 import numpy as np
 
-from ..op_graph import Aggregate, EdgeSoftmax, Gather, Multiply
+from ..op_graph import Aggregate, Broadcast, EdgeSoftmax, Gather, Multiply, Sum
 from .base import GraphPass
 from .fusion import FusedGroup
 
@@ -62,10 +65,15 @@ class GroupBlocks:
         self.members = set(group.ops)
         self.E, self.N = group.graph.num_edges, group.graph.num_nodes
         self.csr_ordered = set()        # the computation's (BlockPlan.csr_ordered)
+        self.products, skipped = self.sparse_products()
+        self.row_dots = self.dot_products(skipped)
+        dot_factors = set(self.row_dots.values())
+        self.skipped = skipped | dot_factors
+        # The values sparse products skip count (the budget was tuned with them); a dot
+        # product's product does not.
         per_edge = sum(op.nbytes // max(self.E, 1) for op in group.ops + group.inputs
-                       if self.is_edge_sized(op))
+                       if self.is_edge_sized(op) and op not in dot_factors)
         self.block_edges = max(1, block_bytes // max(per_edge, 1))
-        self.products, self.skipped = self.sparse_products()
         self.reads_own_ends = any(isinstance(op, Gather) and op.by == group.at and
                                   op not in self.skipped for op in group.ops)
 
@@ -107,25 +115,47 @@ class GroupBlocks:
                 len(users.get(op, [])) == 1
 
         def gathered(op):
-            return isinstance(op, Gather) and op.by == other and \
-                op.args[0] not in self.members and private(op)
+            return isinstance(op, Gather) and op.by == other and op.args[0] not in self.members
 
+        # A gather other ops of the block read too (an attention's backward reads the
+        # sources' features for the weighted sum and for the logits' gradient) is still
+        # made for them; the product reads the node tensor all the same.
         products, skipped = {}, set()
         for agg in group.ops:
             if not isinstance(agg, Aggregate) or not agg.combiner.linear:
                 continue
             (msg,) = agg.args
-            if gathered(msg):
+            if gathered(msg) and private(msg):
                 products[agg] = (msg.args[0], None)
                 skipped.add(msg)
             elif isinstance(msg, Multiply) and private(msg):
                 for g, w in (msg.args, msg.args[::-1]):
+                    if isinstance(w, Broadcast) and w.args[0].ndim == w.ndim:
+                        w = w.args[0]      # a per-head weight spread over the features
                     if gathered(g) and w.ndim == g.ndim and per_head(w.shape, g.shape) and \
                             w.dtype == g.dtype and w is not g:
                         products[agg] = (g.args[0], w)
-                        skipped.update((msg, g))
+                        skipped.update((msg, g) if private(g) else (msg,))
                         break
         return products, skipped
+
+    def dot_products(self, skipped):
+        """Sums over trailing axes of a product of two edge values of one shape, run as one
+        np.einsum of the two factors, so their product is never written. Returns
+        {sum: product}."""
+        users = {}
+        for op in self.group.ops:
+            for a in op.args:
+                users.setdefault(a, []).append(op)
+        dots = {}
+        for op in self.group.ops:
+            product = op.args[0] if type(op) is Sum else None
+            if isinstance(product, Multiply) and product not in skipped and \
+                    op.scope == "e" and op.numpy.startswith("np.einsum(") and \
+                    product not in self.group.outputs and users[product] == [op] and \
+                    all(a.shape == product.shape for a in product.args):
+                dots[op] = product
+        return dots
 
 
 def heads_of(weight):
@@ -135,11 +165,13 @@ def heads_of(weight):
 
 def per_head(weight_shape, value_shape):
     """Does an edge weight scale whole rows of heads of a gathered value? (E, H, 1) does for
-    (E, H, F), and (E, 1) for (E, F)."""
+    (E, H, F), and (E, 1) for (E, F); (E, H, F) does not (a product per column of the value
+    would run one sparse product per feature)."""
     heads = list(weight_shape[1:])
     while heads and heads[-1] == 1:
         heads.pop()
-    return tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
+    return len(heads) < len(value_shape) - 1 and \
+        tuple(value_shape[1:len(heads) + 1]) == tuple(heads)
 
 
 def csr_ordered_values(groups, plain_ops, results):

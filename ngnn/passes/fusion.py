@@ -70,7 +70,7 @@ class Fusion(GraphPass):
     `vertex_gathers` lets a group go on through a gather, at the group's own end, of a value
     it aggregated: that is the vertex's own value, known before its edge loop, so a whole
     attention (max, sum, weighted sum) becomes one group (the GPU's kernels compute such a
-    value once per vertex; NumPy's blocked groups do not yet)."""
+    value once per vertex, NumPy's blocks for the block's vertices)."""
 
     def __init__(self, recompute=True, max_recompute=16, single_ops=False,
                  vertex_gathers=False):
@@ -84,6 +84,9 @@ class Fusion(GraphPass):
         groups = form_groups(ops, self.single_ops, self.vertex_gathers)
         if self.recompute:
             for group in groups:
+                add_recompute(group, groups, self.max_recompute,
+                              vertex_reads=self.vertex_gathers)
+            for group in merge_siblings(groups):
                 add_recompute(group, groups, self.max_recompute,
                               vertex_reads=self.vertex_gathers)
         recomputed_only = finish_groups(groups, ops, computation.results)
@@ -209,13 +212,21 @@ def _merge(into, other):
 
 
 def _graph_finder(ops):
-    """The graph an edge-scoped value runs over (inherited from its arguments)."""
+    """The graph an edge-scoped value runs over (inherited from its arguments; an edge
+    value made from edge inputs alone, a user's edge features cast or reshaped, takes the
+    graph of the edge values it is combined with: its rows are their edges)."""
     graph = {}
     for op in ops:
         g = getattr(op, "graph", None)
         if g is None:
             g = next((graph[a] for a in op.args if graph.get(a) is not None), None)
         graph[op] = g
+    for op in reversed(ops):
+        for a in op.args:
+            if a.scope == "e" and graph.get(a) is None and graph.get(op) is not None and \
+                    op.scope == "e" and a.shape[:1] == op.shape[:1] and \
+                    not isinstance(a, (Reshape, Broadcast)):    # views stay views
+                graph[a] = graph[op]
     return graph.get
 
 
@@ -231,38 +242,110 @@ def add_recompute(group, groups, limit, vertex_reads=False):
     (E, H, 1) attention instead of storing the product); without dropout the attention
     itself is recomputed and nothing is stored (docs/fusion.md: E x H floats less).
 
-    With `vertex_reads` (a GPU group computes a gather by its own end once per vertex,
-    before the edge loop), only what the recomputation reads per edge counts against its
-    width: wider values computed in registers are free, and so are gathers by the group's
-    own end and gathers the group already reads. So the source-side group of an
-    attention's backward recomputes the gradient of the logits, a per-head dot product of
-    the destination's gradient (which it reads anyway) with its own features, instead of
-    reading it stored (E x heads) from the destination-side group."""
+    With `vertex_reads` (a group computes a gather by its own end once per vertex, before
+    the edge loop), only what the recomputation reads per edge counts against its width:
+    wider values computed in registers are free, and so are gathers by the group's own end
+    and gathers the group already reads. So the source-side group of an attention's
+    backward recomputes the gradient of the logits, a per-head dot product of the
+    destination's gradient (which it reads anyway) with its own features, instead of
+    reading it stored (E x heads) from the destination-side group. This is the one rule
+    for what is recomputed (docs/fusion.md, "What an attention's training step stores"):
+    a value whose recomputation loads per edge only rows the walk loads anyway, or rows
+    no wider than the value, costs no more than storing it and reading it back."""
     core = set(group.core)
     owner = {op: g for g in groups for op in g.core}
     extra = []
-    wanted = list(dict.fromkeys(a for op in group.core for a in op.args
-                                if a not in core and owner.get(a) is not None and
-                                a.scope == "e"))
+
+    def read_from_others(ops):
+        return [a for op in ops for a in op.args
+                if a not in core and a not in extra and owner.get(a) is not None and
+                a.scope == "e"]
+
+    wanted = list(dict.fromkeys(read_from_others(group.core)))
     free = FreeReads(group, core, extra) if vertex_reads else None
-    if vertex_reads:
-        # Whole chains first, until none is added: each one added makes more reads free
-        # for the others (the order of the group's ops does not decide).
-        progress = True
-        while progress:
-            progress = False
-            for a in wanted:
-                if a not in extra:
-                    chain = _chain(a, owner, limit, group.graph, False, free)
-                    if chain is not None:
-                        extra.extend(c for c in chain if c not in extra and c not in core)
-                        progress = True
-    for a in wanted:
-        if a not in extra:
-            chain = _recompute_chain(a, owner, limit, group.graph, free)
-            if chain is not None:
-                extra.extend(c for c in chain if c not in extra and c not in core)
+    while True:
+        made = len(extra)
+        if vertex_reads:
+            # Whole chains first, until none is added: each one added makes more reads
+            # free for the others (the order of the group's ops does not decide).
+            progress = True
+            while progress:
+                progress = False
+                for a in wanted:
+                    if a not in extra:
+                        chain = _chain(a, owner, limit, group.graph, False, free)
+                        if chain is not None:
+                            extra.extend(c for c in chain if c not in extra and c not in core)
+                            progress = True
+        for a in wanted:
+            if a not in extra:
+                chain = _recompute_chain(a, owner, limit, group.graph, free)
+                if chain is not None:
+                    extra.extend(c for c in chain if c not in extra and c not in core)
+        if len(extra) == made:
+            break
+        # A chain that reads narrower values of its ancestry (too long to recompute whole)
+        # reads them from their group: each is a value wanted in its own right, recomputed
+        # when its own chain is within the limit (GATv2's source-side backward: the
+        # gradient of its messages reads the attention and the logits' gradient). And
+        # what is recomputed now is present for the values tried before (not counted in
+        # the limit), so they are tried again.
+        wanted += [a for a in dict.fromkeys(read_from_others(extra)) if a not in wanted]
     group.recomputed = extra
+
+
+def merge_siblings(groups):
+    """Groups over the same graph and end that gather the same node value by their other
+    end, neither waiting on the other, become one walk: it reads each of those rows once
+    (TransformerConv's backward: the gradients of keys and of values both read the
+    query of each edge's destination). Edits `groups` in place; returns the merged ones,
+    whose recomputation is chosen again (their reads are the union of both)."""
+    merged = []
+    for i, group in enumerate(groups):
+        if group.merged_into is not None:
+            continue
+        for other in groups[i + 1:]:
+            if other.merged_into is None and other.graph is group.graph and \
+                    other.at == group.at and _gathers_by_other_end(group) & \
+                    _gathers_by_other_end(other) and \
+                    not _waits_on(group, other, groups) and \
+                    not _waits_on(other, group, groups):
+                _merge(group, other)
+                group.recomputed = []
+                if group not in merged:
+                    merged.append(group)
+    groups[:] = [g for g in groups if g.merged_into is None]
+    for i, g in enumerate(groups, 1):
+        g.index = i
+    return merged
+
+
+def _gathers_by_other_end(group):
+    return {op.args[0] for op in group.core + group.recomputed
+            if isinstance(op, Gather) and op.by != group.at}
+
+
+def _waits_on(group, other, groups):
+    """Does `group` wait on `other`, through any chain of ops and groups? (A group runs
+    after every group any of its members' arguments come from.)"""
+    member_of = {op: g for g in groups for op in g.core}
+
+    def needs(node):
+        if isinstance(node, FusedGroup):
+            members = set(node.core) | set(node.recomputed)
+            return {member_of.get(a, a) for op in members for a in op.args
+                    if a not in members}
+        return {member_of.get(a, a) for a in node.args}
+
+    seen, stack = {group}, [group]
+    while stack:
+        for before in needs(stack.pop()):
+            if before is other:
+                return True
+            if before not in seen:
+                seen.add(before)
+                stack.append(before)
+    return False
 
 
 def _recompute_chain(op, owner, limit, graph, free=None):
@@ -273,8 +356,9 @@ def _recompute_chain(op, owner, limit, graph, free=None):
 class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
     extra read per edge: computed in registers, or a gather by the group's own end (read
-    once per vertex) or one the group computes already. `present(x)`: computed by the
-    group already, so recomputing it again costs nothing (not counted in the limit)."""
+    once per vertex) or one (or a read of an edge input) the group computes already.
+    `present(x)`: computed by the group already, so recomputing it again costs nothing
+    (not counted in the limit)."""
 
     def __init__(self, group, core, extra):
         self.at, self.core, self.extra = group.at, core, extra
@@ -283,7 +367,20 @@ class FreeReads:
         return x in self.core or x in self.extra
 
     def __call__(self, x):
-        return not isinstance(x, Gather) or x.by == self.at or self.present(x)
+        if isinstance(x, Gather):
+            return x.by == self.at or self.present(x)
+        # A value read straight from an edge input (a user's edge features) loads a row per
+        # edge, as a gather by the other end does.
+        if any(_edge_input(a, x.shape[:1]) for a in x.args):
+            return self.present(x)
+        return True
+
+
+def _edge_input(x, rows):
+    """Is `x` an input with `rows` rows, or a reshaped view of one?"""
+    while isinstance(x, (Reshape, Broadcast)):
+        x = x.args[0]
+    return not x.args and x.shape[:1] == rows
 
 
 def _chain(op, owner, limit, graph, read_narrower, free=None):

@@ -95,7 +95,8 @@ class FusedGroupWriter:
         end = "dst" if group.at == "dst" else "src"
         other = "src" if end == "dst" else "dst"
         csr = "in" if end == "dst" else "out"
-        self.products, skipped = self.blocks.products, self.blocks.skipped
+        self.products, self.row_dots, skipped = (self.blocks.products, self.blocks.row_dots,
+                                                 self.blocks.skipped)
         lines = [f"def {group.name}({', '.join(params)}):",
                  f"    # {len(group.ops)} ops, {'destination' if end == 'dst' else 'source'}"
                  f"-parallel over the {csr}-CSR; edge values live one block at a time"]
@@ -155,6 +156,8 @@ class FusedGroupWriter:
             lines.append(f"        seg = {g}.{csr}_indptr[v0:v1 + 1] - p0")
         if own_ends:
             lines.append(f"        {end} = K.segment_ids(seg, v0)")
+        if f"{end}_in_block" in used:
+            lines.append(f"        {end}_in_block = {end} - v0")
         if permuted:
             lines.append("        in_pos = in_csr[p0:p1]   # this block's edges in the in-CSR")
         counts = {"n_e": "p1 - p0", "n_v": "v1 - v0"}
@@ -194,11 +197,8 @@ class FusedGroupWriter:
             return f"np.take({name}, eids, axis=0)"
         return f"{name}[p0:p1]" if self.group.at == "dst" else f"np.take({name}, in_pos, axis=0)"
 
-    def statements(self, op, local, end):
-        # Block values are named "b_" + the tensor's name after its "t_" prefix (the IR's
-        # id: ngnn/naming.py): unique, and clear of the tensors' and the generator's own.
-        name = "b" + self.names[op][1:]
-        local[op] = name
+    def arguments(self, op, local):
+        """How the block's statement for `op` names each argument."""
         args = []
         for a in op.args:
             if a in local:
@@ -208,10 +208,29 @@ class FusedGroupWriter:
                 full = self.names[a]
                 args.append({"all": full, "edges": self.edge_rows(a),
                              "vertices": f"{full}[v0:v1]"}[how])
+        return args
+
+    def statements(self, op, local, end):
+        # Block values are named "b_" + the tensor's name after its "t_" prefix (the IR's
+        # id: ngnn/naming.py): unique, and clear of the tensors' and the generator's own.
+        name = "b" + self.names[op][1:]
+        local[op] = name
+        args = self.arguments(op, local)
         shape = BlockShape("n_e" if op.scope == "e" else "n_v", op.shape)
+        if op in self.row_dots:
+            x, y = self.arguments(self.row_dots[op], local)
+            subscripts, out = re.match(r"np\.einsum\('(\w+->\w*)', \{x\}, out=(.*)\)$",
+                                       op.numpy).groups()
+            inputs = subscripts.split("->")[0]
+            self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+            return [f"np.einsum('{inputs},{subscripts}', {x}, {y}, "
+                    f"out={out.format(out=name)})"]
         if isinstance(op, Gather):
+            # A value this block made (a vertex gather, by the group's own end: Fusion's
+            # vertex_gathers) holds the block's vertices only, row 0 for v0.
+            index = f"{op.by}_in_block" if op.args[0] in local else op.by
             # mode="clip" takes without checking again: the graph checked its ids.
-            return [f"{name} = np.take({args[0]}, {op.by}, axis=0, "
+            return [f"{name} = np.take({args[0]}, {index}, axis=0, "
                     f"out={self.scratch_rows(op, name)}, mode='clip')"]
         if isinstance(op, Aggregate):
             target = f"{self.names[op]}[v0:v1]" if op in self.group.outputs else \
