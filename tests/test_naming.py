@@ -24,7 +24,7 @@ STRUCTURE = [r"", r'""".*"""', r"import .*", r"from .* import .*", r"def \w+\(.*
              r"workspace = np\.empty\(.*", r"g\d+ = graphs\[\d+\]", r"exchange\d+ = graphs\[\d+\]",
              r"t_\w+ = variables\[\d+\]", r"t_\w+ = K\.view\(buffers\[\d+\], .*\)",
              r"w_\w+ = K\.view\(workspace\[\d+:\], .*\)", r"wh_\w+ = K\.view\(workspace.*\)",
-             r"(eids|src|dst|seg|in_csr|in_pos) = .*", r"(n_e|n_v)(, n_v)? = .*",
+             r"(eids|src|dst|seg|in_csr|in_pos|(dst|src)_in_block) = .*", r"(n_e|n_v)(, n_v)? = .*",
              r"b_\w+ = (w_\w+\[:n_[ev]\]|t_\w+\[v0:v1\]|K\.block_array\(w_\w+, n_[ev]\))",
              r"t_\w+\[(v0:v1|eids|p0:p1|in_pos)\] = b_\w+",
              r"h_\w+ = K\.by_head\(t_\w+, \d+, wh_\w+\)",
@@ -105,7 +105,7 @@ def test_every_statement_of_a_gat_training_step_names_its_value_and_op(build):
             assert ir_name(written) == (into.group(1) if into else names), line
         else:
             assert any(re.fullmatch(p, line.strip()) for p in STRUCTURE), line
-    assert commented > 100
+    assert commented > 80       # 92 since the NumPy groups make their vertex gathers (e31b)
 
 
 def group_lines(source, group):

@@ -82,7 +82,8 @@ class NumPyTransformer(Transformer):
     def late_passes(self):
         # The fused groups' blocks are planned once, for the code writer and the simulator.
         block_bytes = self.options.get("fusion_block_bytes", DEFAULT_BLOCK_BYTES)
-        return self.fusion_passes() + [BlockPlanning(block_bytes), BufferSharing()]
+        return self.fusion_passes(vertex_gathers=True) + [BlockPlanning(block_bytes),
+                                                          BufferSharing()]
 
     def is_view(self, op):
         return op.is_view
