@@ -11,7 +11,9 @@ taken over the leading rows that many (their count a readout of the mask, at run
 and the padding rows of y are 0. The work is two ops of ngnn/op_graph/normalization.py
 (BatchNormStats and BatchNormApply) with closed-form gradients: a few passes over the
 real rows each way, not the fifteen of an element-wise composition; nn.BatchNorm keeps the
-running statistics that evaluation uses.
+running statistics that evaluation uses. A whole batch (ng.Graph.batch, or a rank's part of
+one over ngnn.distributed) runs the ops' decompositions with its readouts as the column
+sums, so that chunked and distributed runs reduce them over row blocks and ranks.
 """
 import numpy as np
 
@@ -33,6 +35,17 @@ def batch_norm(x, weight, bias, eps=1e-5, batch=None):
     if eps <= 0:
         raise ValueError(f"batch_norm: eps must be positive, got {eps}")
     live = _live_rows(x, batch)
+    if batch is not None and live is None:
+        # A whole batch (ng.Graph.batch, or a rank's part of one): the statistics' column
+        # sums are sums of its readouts, which chunked runs combine over row blocks and
+        # distributed ones over ranks (a rank holds only its own rows). The ops'
+        # decompositions with those sums, differentiated as the ops they are made of.
+        def row_sum(t):
+            return ng.sum(ng.readout(t, batch, "sum"), axis=0)
+        stats = BatchNormStats(x).decomposition(row_sum)
+        y = BatchNormApply(x, stats, weight, bias, eps=eps).decomposition()
+        count = ng.maximum(row_sum(ng.constant(np.ones((x.shape[0], 1)), dtype=x.dtype)), 1.0)
+        return y, stats[0], stats[1], count
     stats = BatchNormStats(x, live)
     y = BatchNormApply(x, stats, weight, bias, live, eps=eps)
     # At least 1: a batch of graphs without nodes normalizes nothing, and gets no NaN.

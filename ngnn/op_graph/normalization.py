@@ -64,13 +64,16 @@ def _check_stats(name, x, stats):
 
 
 class LiveMask:
-    """What the decompositions share: the 0/1 mask of the live rows (index < live) and
-    their number."""
+    """What the decompositions share: the 0/1 mask of the live rows (index < live), their
+    number and their column sums. `row_sum`, when given, takes the column sums (a (rows, F)
+    tensor to (F,)) in place of a Sum over the rows: ng.batch_norm passes the sum of a
+    batch's readouts, which chunked and distributed runs reduce over row blocks and ranks."""
 
-    def __init__(self, x, live):
+    def __init__(self, x, live, row_sum=None):
         self.rows = x.shape[0]
         self.live = live[0] if live else None
         self.dtype = x.dtype
+        self.row_sum = row_sum
         if self.live is not None:
             from .elementwise import Cast, Greater
             from .layout import Reshape
@@ -79,11 +82,17 @@ class LiveMask:
 
     def count(self):
         """The live rows as a divisor: at least 1."""
+        from .elementwise import Maximum
+        if self.row_sum is not None:
+            return Maximum(self.sum(Constant(np.ones((self.rows, 1), self.dtype))), 1.0)
         if self.live is None:
             return float(max(self.rows, 1))
-        from .elementwise import Maximum
+        return Maximum(self.sum(self.mask), 1.0)
+
+    def sum(self, t):
+        """The column sums of `t` (rows, F)."""
         from .reductions import Sum
-        return Maximum(Sum(self.mask, axis=0), 1.0)
+        return Sum(t, axis=0) if self.row_sum is None else self.row_sum(t)
 
     def masked(self, t):
         """`t` (rows, F) with the rows past the live ones 0."""
@@ -127,14 +136,14 @@ class BatchNormStats(LiveRowsOp):
         x, *live = self.args
         return [BatchNormStatsGrad(delta, x, self, *live)] + [None] * len(live)
 
-    def decomposition(self):
+    def decomposition(self, row_sum=None):
         from .layout import Concat, Reshape
-        from .reductions import Sum
         x, *live = self.args
-        rows = LiveMask(x, live)
-        mean = Sum(rows.masked(x), axis=0) / rows.count()
+        rows = LiveMask(x, live, row_sum)
+        count = rows.count()
+        mean = rows.sum(rows.masked(x)) / count
         centred = rows.masked(x - mean)
-        var = Sum(centred * centred, axis=0) / rows.count()
+        var = rows.sum(centred * centred) / count
         return Concat(Reshape(mean, (1,) + mean.shape), Reshape(var, (1,) + var.shape))
 
 
