@@ -150,7 +150,14 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     """Kingma & Ba (2015) with bias correction; the step counter is a variable so the
-    correction advances on the device."""
+    correction advances on the device.
+
+    The update runs over the parameters packed end to end: the moments are one flat
+    variable each per dtype (`adam_m`, `adam_v`), the gradients and the parameters are
+    concatenated (flattened, in `params` order) and every step of the rule is one
+    whole-buffer op, instead of a dozen ops on each parameter (GIN-0's 42 parameters
+    made some 460 small NumPy calls). Each element sees the same float ops as in a
+    per-parameter update, so the values are the same bit for bit."""
 
     def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  schedule=None):
@@ -160,9 +167,15 @@ class Adam(Optimizer):
             raise ValueError(f"Adam: betas must be in [0, 1), got {betas}")
         self.beta1, self.beta2, self.eps = float(beta1), float(beta2), float(eps)
         self.step = self._state_variable("adam.step", ())
-        self.moments = [(self._state_variable(_state_name(i, "adam_m"), p.shape, p.dtype),
-                         self._state_variable(_state_name(i, "adam_v"), p.shape, p.dtype))
-                        for i, p in enumerate(self.params)]
+        # One pack per dtype, parameters in their listed order within it.
+        self.packs = []
+        for dtype in dict.fromkeys(np.dtype(p.dtype) for p in self.params):
+            members = [i for i, p in enumerate(self.params) if np.dtype(p.dtype) == dtype]
+            size = sum(self.params[i].size for i in members)
+            suffix = "" if not self.packs else f".{dtype.name}"
+            self.packs.append((members,
+                               self._state_variable(f"adam_m{suffix}", (size,), dtype),
+                               self._state_variable(f"adam_v{suffix}", (size,), dtype)))
 
     def apply(self, grads):
         step = self.step + 1.0
@@ -171,9 +184,23 @@ class Adam(Optimizer):
             (1.0 - ng.constant(self.beta1) ** step)
         eps = self.eps * ng.sqrt(1.0 - ng.constant(self.beta2) ** step)
         updates = [ng.assign(self.step, step)]
-        for p, g, (m, v) in zip(self.params, grads, self.moments):
+        for members, m, v in self.packs:
+            g = _packed([grads[i] for i in members])
+            p = _packed([self.params[i] for i in members])
             new_m = self.beta1 * m + (1.0 - self.beta1) * g
             new_v = self.beta2 * v + (1.0 - self.beta2) * g * g
-            updates += [ng.assign(m, new_m), ng.assign(v, new_v),
-                        ng.assign(p, p - scale * new_m / (ng.sqrt(new_v) + eps))]
+            new_p = p - scale * new_m / (ng.sqrt(new_v) + eps)
+            updates += [ng.assign(m, new_m), ng.assign(v, new_v)]
+            start = 0
+            for i in members:
+                param = self.params[i]
+                piece = ng.slice(new_p, (slice(start, start + param.size),))
+                updates.append(ng.assign(param, ng.reshape(piece, param.shape)))
+                start += param.size
         return updates
+
+
+def _packed(tensors):
+    """The tensors flattened and laid end to end: one (total,) tensor."""
+    flat = [ng.reshape(t, (t.size,)) for t in tensors]
+    return flat[0] if len(flat) == 1 else ng.concat(flat, axis=0)

@@ -72,6 +72,69 @@ def test_adam_with_weight_decay_matches_numpy():
         np.testing.assert_allclose(value, w, rtol=1e-5, atol=1e-6)
 
 
+def per_parameter_adam(opt, grads):
+    """The Adam rule one parameter at a time (the update before parameters were packed),
+    from `opt`'s own step counter and fresh per-parameter moments: the reference."""
+    step = opt.step + 1.0
+    scale = opt.rate * ng.sqrt(1.0 - ng.constant(opt.beta2) ** step) / \
+        (1.0 - ng.constant(opt.beta1) ** step)
+    eps = opt.eps * ng.sqrt(1.0 - ng.constant(opt.beta2) ** step)
+    updates = [ng.assign(opt.step, step)]
+    for p, g in zip(opt.params, grads):
+        m = ng.variable(p.shape, dtype=p.dtype, initial_value=0.0, trainable=False)
+        v = ng.variable(p.shape, dtype=p.dtype, initial_value=0.0, trainable=False)
+        new_m = opt.beta1 * m + (1.0 - opt.beta1) * g
+        new_v = opt.beta2 * v + (1.0 - opt.beta2) * g * g
+        updates += [ng.assign(m, new_m), ng.assign(v, new_v),
+                    ng.assign(p, p - scale * new_m / (ng.sqrt(new_v) + eps))]
+    return updates
+
+
+def test_adam_over_packed_parameters_equals_the_per_parameter_rule_bit_for_bit(
+        transformer_factory):
+    """Adam runs over the parameters laid end to end (one moment buffer per dtype, a
+    whole-buffer op per step of the rule): float32 and float64 parameters of several
+    shapes, one weight decay each, give the per-parameter rule's values bit for bit."""
+    def model():
+        rng = np.random.default_rng(3)
+        shapes = [((4, 3), np.float32), ((3,), np.float32), ((2, 2), np.float64),
+                  ((5,), np.float32), ((1,), np.float64)]
+        params = [ng.variable(shape, dtype=dtype, initial_value=rng.standard_normal(shape),
+                              name=f"p{i}") for i, (shape, dtype) in enumerate(shapes)]
+        x = ng.placeholder((4,), dtype=np.float64, name="x")
+        loss = ng.sum(ng.tanh(ng.reshape(ng.cast(x, np.float32), (1, 4)) @ params[0] + params[1]) ** 2)
+        loss = loss + ng.cast(ng.sum(params[2] * params[2]) + ng.sum(params[4] * x[0]),
+                              np.float32) + ng.sum(params[3] * params[3] * params[3])
+        return params, x, loss
+
+    decays = [0.0, 0.1, 0.01, 0.0, 0.5]
+    xv = np.random.default_rng(4).standard_normal(4)
+    runs = []
+    for packed in (True, False):
+        params, x, loss = model()
+        opt = optim.Adam(params, lr=0.05, weight_decay=decays)
+        updates = opt.updates(loss) if packed else per_parameter_adam(
+            opt, opt.gradients(loss))
+        t = transformer_factory()
+        step = t.computation([loss] + updates, x)
+        for _ in range(4):
+            step(xv)
+        runs.append([t.variable_value(p) for p in params])
+    for packed, reference in zip(*runs):
+        assert packed.dtype == reference.dtype
+        assert packed.tobytes() == reference.tobytes()
+
+
+def test_adam_state_is_one_moment_pair_per_dtype():
+    params = [ng.variable((2, 3), name="a"), ng.variable((4,), name="b"),
+              ng.variable((3,), dtype=np.float64, name="c")]
+    state = dict(optim.Adam(params).named_state())
+    assert {name: v.shape for name, v in state.items()} == {
+        "adam.step": (), "adam_m": (10,), "adam_v": (10,), "adam_m.float64": (3,),
+        "adam_v.float64": (3,)}
+    assert state["adam_m.float64"].dtype == np.float64
+
+
 def test_optimizer_arguments_are_checked():
     w = ng.variable((2,), name="w")
     with pytest.raises(TypeError, match="ng.variable"):
