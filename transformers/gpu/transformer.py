@@ -19,7 +19,8 @@ import numpy as np
 import scipy.sparse
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
-from ngnn.passes import BufferSharing, KernelGroup, KernelPlanning, SplitContractions
+from ngnn.passes import (BufferSharing, FactorProducts, KernelGroup, KernelPlanning,
+                         SplitContractions)
 
 from ..base import (Computation, DeviceBufferStorage, DeviceTensor, Resident, Transformer,
                     buffer_holding)
@@ -504,8 +505,12 @@ class GPUTransformer(Transformer):
         # Long products are split for the device's work-groups, except where the user's ops
         # are to be seen whole: debug_nans names them, and a chunked program splits its
         # row reductions by blocks itself.
+        # A weight used twice (GATConv's `fc`, on a vertex and on its neighbours) gets its
+        # gradient as one product over the summed gradients, not two over every vertex: a
+        # GPU is bound by the bytes a product reads.
         split = self.optimize and not self.debug_nans and self.memory_budget is None
-        return super().graph_passes() + ([SplitContractions(tile=GEMM_TILE)] if split else [])
+        return super().graph_passes() + ([FactorProducts()] if self.optimize else []) + \
+            ([SplitContractions(tile=GEMM_TILE)] if split else [])
 
     def inplace_ok(self, op):
         return False      # kernel arguments are declared restrict: never out and in at once
