@@ -13,16 +13,20 @@ propagation). The plan keeps Fusion's decisions whole:
     ops becomes one kernel (ngraph's ElementWiseKernel), a dense softmax reads its exp
     chain from registers; a sparse dropout is applied per stored value by every product
     reading it. Every other op is the root of a kernel of its own.
-A Reshape nobody inlines is a view: same bytes, same order, no kernel.
+A Reshape nobody inlines is a view: same bytes, same order, no kernel. A group's weighted
+sum of softmax weights (SoftmaxByLogSumExp's OnlineSoftmax) is marked to run as one walk of
+the edges (`online_softmax`).
 
 The pass replaces the steps of the computation by `KernelGroup`s (and plain ops for
 kernels that inline nothing), so BufferSharing plans the buffers the kernels read and write,
 and the IR shows exactly the kernels that run.
 """
-from ..op_graph import (Assign, Broadcast, Communication, Constant, Dropout, ElementWise, Gather,
-                        OneHot, Placeholder, Reshape, Slice, Transpose, Variable)
+from ..op_graph import (Aggregate, Assign, Broadcast, Communication, Constant, Dropout,
+                        ElementWise, Gather, OneHot, Placeholder, Reshape, Slice, Transpose,
+                        Variable)
 from .base import GraphPass
 from .fusion import FusedGroup
+from .softmax_by_log_sum_exp import OnlineSoftmax
 
 # Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
 INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
@@ -70,9 +74,15 @@ class KernelPlan:
     """`steps`: the program, KernelGroups and plain ops (leaves, views, assignments, and
     kernels that inline nothing). `views`: Reshapes sharing their argument's buffer."""
 
-    def __init__(self, steps, views):
+    def __init__(self, steps, views, online_softmax=None):
         self.steps = steps
         self.views = views
+        # A weighted sum of a softmax's weights that a group's kernels compute in one walk
+        # of the edges: aggregate -> OnlineSoftmax; and the softmax's max and sum of
+        # exponentials, which that walk holds too (where it can find them).
+        self.online_softmax = online_softmax or {}
+        self.online_statistics = {op: match for match in self.online_softmax.values()
+                                  if match.aligned for op in (match.peak, match.sums)}
 
     def base(self, op):
         """The op whose storage holds `op`."""
@@ -139,7 +149,9 @@ def plan_kernels(steps, ops, results, inline=True):
         else:
             kernel_of[op] = KernelGroup([op], ())
             computed_by[op] = {kernel_of[op]}
-    plan = KernelPlan([], views)
+    online = {op: match for g in groups if inline for op in g.ops
+              if isinstance(op, Aggregate) for match in [OnlineSoftmax.of(op)] if match}
+    plan = KernelPlan([], views, online)
     for step in steps:
         if isinstance(step, FusedGroup):
             kernel = grouped[step]

@@ -69,12 +69,13 @@ def round_up(n, step):
 
 class ChunkPartials:
     """The scratch buffer of a reduction's partial results over the heavy rows' chunks of
-    an edge schedule: one row of `size` values (`dtype`) per chunk."""
+    an edge schedule: one row of `width` values (`dtype`) per chunk (a value per feature;
+    a one-pass softmax's three)."""
 
     def __init__(self, reduction, schedule):
         self.reduction, self.schedule = reduction, schedule
         self.dtype = reduction.dtype
-        self.shape = (max(schedule.num_chunks, 1), reduction.size)
+        self.shape = (max(schedule.num_chunks, 1), reduction.width)
         self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
         self.arrivals = ChunkArrivals(self)
 
@@ -433,6 +434,7 @@ class GPUKernelGenerator(TypeDispatched):
         block = Block(params, hoisted, indent="            ")
         block.loop = ("eid", reduction.graph, reduction.at, "vertex", hoisted)
         block.slot = "k"
+        block.reducing = (reduction, "acc")
         value = evaluate(reduction.edge_steps(block, "eid", "vertex",
                                               unravel("f", reduction.features)))
         t = ctype(reduction.dtype)
@@ -440,10 +442,15 @@ class GPUKernelGenerator(TypeDispatched):
         text = hoisted.text() + block.text() + value
         eids = self.csr(params, reduction.graph, reduction.at, "eids") \
             if uses(text, "eid") else None
+        lines = "\n".join
         fields = {"eids": eids, "features": reduction.size, "chunks": buffer.shape[0],
-                  "hoisted": hoisted.text(), "edge_compute": block.text(), "acc_type": t,
-                  "init": reduction.identity(), "fold": reduction.fold("acc", f"(({t}){value})"),
-                  "fold_partial": reduction.fold("acc", f"out[c * {reduction.size} + f]"),
+                  "hoisted": hoisted.text(), "edge_compute": block.text(),
+                  "declare": lines(reduction.declare("acc")),
+                  "fold": reduction.fold("acc", f"(({t}){value})"),
+                  "store": lines(reduction.store("acc", "out", "chunk", "f")),
+                  "load_first": lines(reduction.load("acc", "out", "first", "f")),
+                  "merge": lines(reduction.merge("acc", "out", "c", "f")),
+                  "store_first": lines(reduction.store("acc", "out", "first", "f")),
                   "per_group": CHUNKS_PER_GROUP}
         fields.update({name: params.graph_array(schedule, name)
                        for name in ("chunk_row", "chunk_start", "chunk_end", "row_chunks")})
