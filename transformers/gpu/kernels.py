@@ -293,7 +293,10 @@ class GPUKernelGenerator(TypeDispatched):
                 run = []
             if root is None:
                 break
-            kernel = self.generate(root)
+            if isinstance(step, KernelGroup) and step.epilogue is not None:
+                kernel = self.product(step.epilogue, epilogue=root)
+            else:
+                kernel = self.generate(root)
             kernels, self.pending = kernels + self.pending + [kernel], []
         return kernels
 
@@ -576,6 +579,11 @@ class GPUKernelGenerator(TypeDispatched):
 
     @generate.on_type(Dot)
     def generate(self, op):
+        return self.product(op)
+
+    def product(self, op, epilogue=None):
+        """The tiled product `op`; with `epilogue`, an element-wise op reading it, the
+        kernel writes the epilogue's value at each element of the product instead."""
         a, b = op.args
         batch = op.shape[:len(op.shape) - (a.ndim > 1) - (b.ndim > 1)]
         batch_coords = unravel("b", batch)
@@ -593,9 +601,16 @@ class GPUKernelGenerator(TypeDispatched):
         value_b = block_b.value(b, b_coords)
         fields = {"type": ctype(op.dtype), "tile": GEMM_TILE, "m": m, "n": n, "k": k,
                   "body_a": block_a.text(), "value_a": value_a,
-                  "body_b": block_b.text(), "value_b": value_b}
+                  "body_b": block_b.text(), "value_b": value_b, "epilogue": "",
+                  "result": "acc"}
+        if epilogue is not None:
+            block = Block(params, indent="        ")
+            coords = batch_coords + ["i", "j"]
+            block.cache[(op, tuple(broadcast_coords(coords, op.shape, op.shape)))] = "acc"
+            fields["result"] = block.compute(epilogue, coords)
+            fields["epilogue"] = block.text()
         batches = int(np.prod(batch, dtype=np.int64))
-        return self.kernel(op, "gemm.j2", fields, params,
+        return self.kernel(op if epilogue is None else epilogue, "gemm.j2", fields, params,
                            (round_up(n, GEMM_TILE), round_up(m, GEMM_TILE), batches),
                            (GEMM_TILE, GEMM_TILE, 1))
 
