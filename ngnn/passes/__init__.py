@@ -11,9 +11,10 @@ from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 from .softmax_by_log_sum_exp import SoftmaxByLogSumExp
 from .split_contractions import SplitContractions
+from .unshare_broadcasts import UnshareBroadcasts
 from .wide_accumulation import WideAccumulation
 
 __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrune", "CSE", "OperationBatching",
            "AggregateTransformOrder", "FactorProducts", "RecomputeDropout", "Fusion", "FusedGroup",
            "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
-           "WideAccumulation", "SoftmaxByLogSumExp"]
+           "WideAccumulation", "SoftmaxByLogSumExp", "UnshareBroadcasts"]

@@ -20,7 +20,7 @@ import scipy.sparse
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
 from ngnn.passes import (BufferSharing, FactorProducts, KernelGroup, KernelPlanning,
-                         SplitContractions)
+                         SplitContractions, UnshareBroadcasts)
 
 from ..base import (Computation, DeviceBufferStorage, DeviceTensor, Resident, Transformer,
                     buffer_holding)
@@ -509,7 +509,8 @@ class GPUTransformer(Transformer):
         # gradient as one product over the summed gradients, not two over every vertex: a
         # GPU is bound by the bytes a product reads.
         split = self.optimize and not self.debug_nans and self.memory_budget is None
-        return super().graph_passes() + ([FactorProducts()] if self.optimize else []) + \
+        return super().graph_passes() + \
+            ([FactorProducts(), UnshareBroadcasts()] if self.optimize else []) + \
             ([SplitContractions(tile=GEMM_TILE)] if split else [])
 
     def inplace_ok(self, op):
