@@ -99,3 +99,32 @@ def test_seed_gat_on_rmat_equals_numpy_in_float32(gpu):
     x = rng.standard_normal((g.num_nodes, 3)).astype(np.float32)
     assert_equal_to_numpy_and_repeatable(gpu, [out, loss] + ng.grad(loss, [h]), [h], [x],
                                          rtol=1e-5)
+
+
+def test_gat_step_plan_stores_no_scores_activations_or_wide_products():
+    """The rest of the step's plan: attention scores are computed by the graph kernels
+    reading them (no row-sum kernel before each layer), ELU by its readers, the gradient
+    through ELU by the epilogue of the product before it, and each attention vector's
+    gradient from the per-head gradient a group writes, not from an (N, heads, F) product
+    the group would write; one product per shared weight's gradient."""
+    g = rmat(3000)
+    h = ng.placeholder((g.num_nodes, 16), name="h")
+    model = nn.GAT(16, hidden=8, heads=8, num_classes=3, seed=0)
+    loss = weighted_loss([model(g, h, training=True)])
+    with ngt.make_transformer("gpu", runtime="opencl") as t:
+        comp = t.computation([loss] + ng.grad(loss, model.parameters()), h)
+        comp.transform()
+        kernels = comp.executor.kernels
+        written = [op for k in kernels for op in k.outputs]
+        assert not any(type(op).__name__ == "Elu" for op in written)
+        assert not any(type(op).__name__ == "Sum" and op.shape == (g.num_nodes, 8, 1)
+                       for op in written)
+        epilogues = [k for k in kernels if k.template == "gemm.j2" and
+                     type(k.op).__name__ != "Dot"]
+        assert len(epilogues) == 1
+        wide = [op for k in kernels if k.template == "vertex_rows.j2"
+                for op in k.outputs if op.size == g.num_nodes * 64]
+        # The first layer's output and the gradient of its features: nothing else as wide.
+        assert len(wide) == 2, wide
+        dense_products = [k for k in kernels if k.template == "gemm.j2"]
+        assert len(dense_products) == 5, [k.name for k in dense_products]

@@ -8,9 +8,9 @@ propagation). The plan keeps Fusion's decisions whole:
     is stored exactly where Fusion says it is (`recompute`, `max_recompute` included);
   - outside the groups, an op a kernel can evaluate per coordinate is inlined into the
     kernel that reads it when all its readers sit in that kernel (a transpose,
-    slice, broadcast, reshape, dropout or unary element-wise op, an activation, into each
-    of several such kernels: a copy would cost a write and a read; a per-head attention
-    score into every graph kernel reading it): a chain of element-wise
+    slice, broadcast, reshape, dropout or element-wise op of one value, an activation,
+    into each of several such kernels: a copy would cost a write and a read; a per-head
+    attention score into every graph kernel reading it): a chain of element-wise
     ops becomes one kernel (ngraph's ElementWiseKernel), a dense softmax reads its exp
     chain from registers; a sparse dropout is applied per stored value by every product
     reading it. Every other op is the root of a kernel of its own.
@@ -167,6 +167,7 @@ def plan_kernels(steps, ops, results, inline=True):
         # Stored, never inlined: class ids a one-hot reads (the executor range-checks
         # them) and values communication reads (it runs on the host).
         must_store = any(isinstance(r, (OneHot, Communication)) for r in users[op])
+        epilogue = epilogue_home(op, users, kernel_of, results) if inline else None
         if inline and op not in results and (
                 isinstance(op, INLINE_OPS) and (len(homes) == 1 or per_element(op)) or
                 per_row(op, homes)) and \
@@ -175,12 +176,11 @@ def plan_kernels(steps, ops, results, inline=True):
                 home.inlined.add(op)
             kernel_of[op] = next(iter(homes))
             computed_by[op] = homes
-        elif inline and epilogue_home(op, users, kernel_of, results) is not None:
-            home = epilogue_home(op, users, kernel_of, results)
-            home.inlined.add(op)
-            home.epilogue = op
-            kernel_of[op] = home
-            computed_by[op] = {home}
+        elif epilogue is not None:
+            epilogue.inlined.add(op)
+            epilogue.epilogue = op
+            kernel_of[op] = epilogue
+            computed_by[op] = {epilogue}
         elif isinstance(op, Reshape):
             views.add(op)
         else:
