@@ -84,3 +84,16 @@ def test_the_gpu_splits_a_weight_gradient_into_many_work_groups():
         comp = t.computation(ng.dot(ng.transpose(x), d), x, d)
         np.testing.assert_allclose(comp(xv, dv), expected, rtol=1e-4)     # 50,000 rows
         assert gemm_work_groups(comp) == [4]
+
+
+def test_slices_divide_the_axis_where_they_can():
+    """4000 rows, at most 15 slices of 256: 10 slices of 400 rows cover the axis, so no
+    product over a remainder of rows (a launch reading both operands) is left."""
+    x = ng.placeholder((4000, 64), name="x")
+    d = ng.placeholder((4000, 16), name="d")
+    split = SplitContractions(tile=16, work_groups=512, min_slice=256)
+    with ngt.make_transformer("numpy", passes=[split]) as t:
+        gradient = t.computation(ng.dot(ng.transpose(x), d), x, d)
+        gradient.plan()
+    assert "Float32[10,64,16] = dot(" in gradient.ir
+    assert gradient.ir.count("dot(") == 1 and "slice(" not in gradient.ir

@@ -14,6 +14,7 @@ from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 from .softmax_by_log_sum_exp import SoftmaxByLogSumExp
 from .split_contractions import SplitContractions
+from .unshare_broadcasts import UnshareBroadcasts
 from .wide_accumulation import WideAccumulation
 from .zero_row_products import ZeroRowProducts
 
@@ -22,4 +23,5 @@ __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrun
            "BlockPlanning", "BlockPlan",
            "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
            "WideAccumulation", "SoftmaxByLogSumExp", "Decompose",
-           "ZeroRowProducts", "EdgeSumsByVertex"]
+           "ZeroRowProducts", "EdgeSumsByVertex",
+           "UnshareBroadcasts"]

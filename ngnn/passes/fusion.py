@@ -70,7 +70,9 @@ class Fusion(GraphPass):
     `vertex_gathers` lets a group go on through a gather, at the group's own end, of a value
     it aggregated: that is the vertex's own value, known before its edge loop, so a whole
     attention (max, sum, weighted sum) becomes one group (the GPU's kernels compute such a
-    value once per vertex, NumPy's blocks for the block's vertices)."""
+    value once per vertex, NumPy's blocks for the block's vertices), and leaves wide
+    per-vertex values it would write for outside readers to those readers
+    (`trim_wide_tails`)."""
 
     def __init__(self, recompute=True, max_recompute=16, single_ops=False,
                  vertex_gathers=False):
@@ -82,6 +84,9 @@ class Fusion(GraphPass):
     def do_pass(self, computation):
         ops = computation.ordered_ops
         groups = form_groups(ops, self.single_ops, self.vertex_gathers)
+        if self.vertex_gathers:
+            for group in groups:
+                trim_wide_tails(group, ops)
         if self.recompute:
             for group in groups:
                 add_recompute(group, groups, self.max_recompute,
@@ -161,6 +166,55 @@ def form_groups(ops, single_ops=False, vertex_gathers=False):
         g.index = i
         g.at = g.at or "dst"
     return live
+
+
+def trim_wide_tails(group, ops):
+    """Leaves out of `group` the per-vertex ops after its aggregations whose values go
+    only outside it and are wider than the group's values they derive from (a per-head
+    gradient broadcast over each head's features, times the features or a weight: the
+    gradients of GAT's attention vectors and their share of the features' gradient). A GPU
+    group would write the wide value and its readers read it back; left out, each reader
+    computes it in registers from the narrow value (KernelPlanning inlines it), which the
+    group writes instead. A tail op stays where an op staying in the group reads it (no
+    group may wait on an op that waits on it), and so does one reading a per-vertex op
+    that stays (which it would make a wide output)."""
+    core = set(group.core)
+    graph_of = _graph_finder(ops)
+    users = {}
+    for op in ops:
+        for a in op.args:
+            users.setdefault(a, []).append(op)
+
+    def tail_of(out):
+        """(per-vertex ops computing `out` from the group's other values, those values)."""
+        tail, roots, stack = set(), set(), [out]
+        while stack:
+            x = stack.pop()
+            if x in tail or x in roots or x not in core:
+                continue
+            if x.scope == "n" and edge_role(x, graph_of) == "node":
+                tail.add(x)
+                stack.extend(x.args)
+            else:
+                roots.add(x)
+        return tail, roots
+
+    trimmed = set()
+    for out in group.core:
+        if out.scope != "n" or not any(u not in core for u in users.get(out, ())):
+            continue
+        tail, roots = tail_of(out)
+        if roots and out in tail and out.size > max(r.size for r in roots):
+            trimmed |= tail
+    changed = True
+    while changed:
+        staying = core - trimmed
+        keep = {x for x in trimmed
+                if any(u in staying for u in users.get(x, ())) or
+                any(a in staying and edge_role(a, graph_of) == "node" for a in x.args)}
+        changed = bool(keep)
+        trimmed -= keep
+    group.core = [op for op in group.core if op not in trimmed]
 
 
 def _fusable_pair(producer, consumer, role):

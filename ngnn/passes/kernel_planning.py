@@ -8,21 +8,27 @@ propagation). The plan keeps Fusion's decisions whole:
     is stored exactly where Fusion says it is (`recompute`, `max_recompute` included);
   - outside the groups, an op a kernel can evaluate per coordinate is inlined into the
     kernel that reads it when all its readers sit in that kernel (a transpose,
-    slice, broadcast, reshape or dropout into each of several such kernels: a copy would
-    cost a write and a read): a chain of element-wise
+    slice, broadcast, reshape, dropout or element-wise op of one value, an activation,
+    into each of several such kernels: a copy would cost a write and a read; a per-head
+    attention score into every graph kernel reading it): a chain of element-wise
     ops becomes one kernel (ngraph's ElementWiseKernel), a dense softmax reads its exp
     chain from registers; a sparse dropout is applied per stored value by every product
     reading it. Every other op is the root of a kernel of its own.
-A Reshape nobody inlines is a view: same bytes, same order, no kernel.
+A matrix product read by one element-wise op only writes that op's value (an epilogue).
+A Reshape nobody inlines is a view: same bytes, same order, no kernel. A group's weighted
+sum of softmax weights (SoftmaxByLogSumExp's OnlineSoftmax) is marked to run as one walk of
+the edges (`online_softmax`).
 
 The pass replaces the steps of the computation by `KernelGroup`s (and plain ops for
 kernels that inline nothing), so BufferSharing plans the buffers the kernels read and write,
 and the IR shows exactly the kernels that run.
 """
-from ..op_graph import (Assign, Broadcast, Communication, Constant, Dropout, ElementWise, Gather,
-                        OneHot, Placeholder, Reshape, Slice, Transpose, Variable)
+from ..op_graph import (Aggregate, Assign, Broadcast, Communication, Constant, Dot, Dropout,
+                        ElementWise, Gather, OneHot, Placeholder, Reduction, Reshape, Slice,
+                        Transpose, Variable)
 from .base import GraphPass
 from .fusion import FusedGroup
+from .softmax_by_log_sum_exp import OnlineSoftmax
 
 # Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
 INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
@@ -31,6 +37,31 @@ INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
 # the argument in place of a stored copy that would be written and read again.
 PER_ELEMENT_OPS = (Broadcast, Transpose, Slice, Reshape, Dropout)
 LEAVES = (Placeholder, Variable, Constant)
+ROW_REDUCTION = 64
+
+
+def per_element(op):
+    """Whether `op` is one element of its argument each (PER_ELEMENT_OPS, or an
+    element-wise op of one value of its shape, with leaves: an activation such as ELU, read
+    by the next layer's product, its own gradient and the weight gradient; a product with
+    a weight). Each reader then reads that value in place of the op's, no more."""
+    if isinstance(op, PER_ELEMENT_OPS):
+        return True
+    values = [a for a in op.args if not isinstance(a, LEAVES)]
+    return isinstance(op, ElementWise) and len(values) == 1 and values[0].shape == op.shape
+
+
+def per_row(op, homes):
+    """Whether `op` reduces a few elements of each row (at most ROW_REDUCTION: a head's
+    attention score, the dot product of its features with the attention vector) for graph
+    kernels only: each computes it from the row it reads anyway, where a kernel of its own
+    would read the rows once more and write the scores for every reader to read."""
+    if not (isinstance(op, Reduction) and 0 not in op.axes and op.args[0].ndim > 1):
+        return False
+    count = 1
+    for axis in op.axes:
+        count *= op.args[0].shape[axis]
+    return count <= ROW_REDUCTION and all(home.group is not None for home in homes)
 
 
 class KernelGroup:
@@ -44,6 +75,9 @@ class KernelGroup:
         self.group = group
         self.ops = []             # what its kernels compute, in graph order
         self.inputs = []
+        # A matrix product whose one reader is this kernel's element-wise output: the
+        # product's kernel writes that output from each product element (an epilogue).
+        self.epilogue = None
 
     @property
     def name(self):
@@ -70,9 +104,15 @@ class KernelPlan:
     """`steps`: the program, KernelGroups and plain ops (leaves, views, assignments, and
     kernels that inline nothing). `views`: Reshapes sharing their argument's buffer."""
 
-    def __init__(self, steps, views):
+    def __init__(self, steps, views, online_softmax=None):
         self.steps = steps
         self.views = views
+        # A weighted sum of a softmax's weights that a group's kernels compute in one walk
+        # of the edges: aggregate -> OnlineSoftmax; and the softmax's max and sum of
+        # exponentials, which that walk holds too (where it can find them).
+        self.online_softmax = online_softmax or {}
+        self.online_statistics = {op: match for match in self.online_softmax.values()
+                                  if match.aligned for op in (match.peak, match.sums)}
 
     def base(self, op):
         """The op whose storage holds `op`."""
@@ -127,19 +167,28 @@ def plan_kernels(steps, ops, results, inline=True):
         # Stored, never inlined: class ids a one-hot reads (the executor range-checks
         # them) and values communication reads (it runs on the host).
         must_store = any(isinstance(r, (OneHot, Communication)) for r in users[op])
-        if inline and op not in results and isinstance(op, INLINE_OPS) and \
-                (len(homes) == 1 or isinstance(op, PER_ELEMENT_OPS)) and \
+        epilogue = epilogue_home(op, users, kernel_of, results) if inline else None
+        if inline and op not in results and (
+                isinstance(op, INLINE_OPS) and (len(homes) == 1 or per_element(op)) or
+                per_row(op, homes)) and \
                 all(r in computed_by for r in users[op]) and not must_store:
             for home in homes:
                 home.inlined.add(op)
             kernel_of[op] = next(iter(homes))
             computed_by[op] = homes
+        elif epilogue is not None:
+            epilogue.inlined.add(op)
+            epilogue.epilogue = op
+            kernel_of[op] = epilogue
+            computed_by[op] = {epilogue}
         elif isinstance(op, Reshape):
             views.add(op)
         else:
             kernel_of[op] = KernelGroup([op], ())
             computed_by[op] = {kernel_of[op]}
-    plan = KernelPlan([], views)
+    online = {op: match for g in groups if inline for op in g.ops
+              if isinstance(op, Aggregate) for match in [OnlineSoftmax.of(op)] if match}
+    plan = KernelPlan([], views, online)
     for step in steps:
         if isinstance(step, FusedGroup):
             kernel = grouped[step]
@@ -154,6 +203,29 @@ def plan_kernels(steps, ops, results, inline=True):
         kernel.inputs = _stored_inputs(kernel)
         plan.steps.append(kernel if kernel.group or kernel.inlined else step)
     return plan
+
+
+def epilogue_home(op, users, kernel_of, results):
+    """The kernel of the element-wise op that reads matrix product `op` (itself or
+    through one element-wise op inlined into it, a dropout's mask), when the product has
+    no other reader and that op is its kernel's only output, of the product's shape: the
+    product's kernel writes it from each element (a gradient times an activation's
+    derivative), so the product is never stored and read back."""
+    if type(op) is not Dot or op in results or len(users[op]) != 1 or \
+            min(a.ndim for a in op.args) < 2:
+        return None
+    (reader,) = users[op]
+    home = kernel_of.get(reader)
+    if home is None or home.group is not None or home.epilogue is not None or \
+            len(home.outputs) != 1:
+        return None
+    (out,) = home.outputs
+    chain = [reader] if reader is out else [reader, out]
+    if len(chain) == 2 and users[reader] != [out]:
+        return None
+    if not all(isinstance(x, ElementWise) and x.shape == op.shape for x in chain):
+        return None
+    return home
 
 
 def _stored_inputs(kernel):

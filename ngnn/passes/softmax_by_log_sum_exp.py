@@ -28,9 +28,9 @@ K ranks compute the bits one process computes.
 """
 import numpy as np
 
-from ..op_graph import (Aggregate, Broadcast, Constant, Divide, Exp, Gather, Log,
-                        MasterBroadcast, Maximum, MirrorReduce, Multiply, StopGradient,
-                        Subtract, ordered_ops)
+from ..op_graph import (Add, Aggregate, Broadcast, Constant, Divide, Dropout, Exp, Gather,
+                        Log, MasterBroadcast, Maximum, MirrorReduce, Multiply, Negative,
+                        Reshape, StopGradient, Subtract, Transpose, ordered_ops)
 from .base import GraphPass
 
 
@@ -144,3 +144,117 @@ class SoftmaxByLogSumExp(GraphPass):
         """[the one reader of `op`] when it is a `kind`, else []."""
         users = readers.get(op, [])
         return users if len(users) == 1 and isinstance(users[0], kind) else []
+
+
+class OnlineSoftmax:
+    """A weighted sum over each vertex's edges of the weights this pass makes, which a
+    backend may compute in one walk of the edges (an online softmax, as FlashAttention
+    runs one over a sequence): a running max `m` of the logits `x`, the sum `s` of
+    exp(x - m) and the weighted sum `acc` with the weights exp(x - m), both rescaled by
+    exp(m_old - m_new) when the max grows; the weighted sum is then acc / max(s, 1), since
+    exp(x - lse) = exp(x - m) / max(s, 1). Chunks of an edge list fold their (m, s, acc)
+    the same way, in a fixed order.
+
+    `OnlineSoftmax.of(total)` matches `total` = sum over edges of `value`, where `value` is
+    linear in the weight `exp(x - lse[end])` (products with values free of it, divisions
+    of it, broadcasts, reshapes, dropouts, negations), the gather of lse is read by the
+    weight alone, and lse = max + log(max(sum(exp(x - max)), 1)) over the same edges, as
+    Ends.log_sum_exp writes it (the shifted softmax, over one process's graph). `spread`
+    is the gather of lse the weight reads, which a one-pass walk replaces by the running
+    max: value(lse := m) = exp(x - m) * (the rest) is the term `acc` sums."""
+
+    def __init__(self, total, x, lse, spread, aligned):
+        self.total, self.x, self.lse, self.spread = total, x, lse, spread
+        peak = lse.args[0]
+        self.peak = peak.args[0] if isinstance(peak, StopGradient) else peak
+        self.sums = lse.args[1].args[0].args[0]
+        # Whether the weight reaches the sum by broadcasting alone (no reshape), so the
+        # walk at one of the sum's elements holds the max and the sum of exponentials of
+        # the weight's element it broadcasts from (`coords_of_statistics`).
+        self.aligned = aligned
+
+    def coords_of_statistics(self, coords):
+        """Coordinates of the sum whose walk finds the max and the sum of exponentials at
+        `coords` (coordinates of the logits), or None where the weight is reshaped."""
+        if not self.aligned:
+            return None
+        return list(coords[:1]) + [c if size == whole else "0" for c, size, whole in
+                                   zip(coords[1:], self.x.shape[1:], self.total.shape[1:])]
+
+    @classmethod
+    def of(cls, total):
+        if not (isinstance(total, Aggregate) and total.reduce == "sum" and
+                total.dtype.kind == "f"):
+            return None
+        value = total.args[0]
+        weight = cls.linear_weight(value, total)
+        if weight is None:
+            return None
+        x, spread = weight.args[0].args
+        lse = spread.args[0]
+        if x.shape != spread.shape or not cls.is_log_sum_exp(lse, x, total):
+            return None
+        # The gather of lse and the subtraction are read by the weight alone.
+        ancestry = ordered_ops([value])
+        if any((spread in op.args and op is not weight.args[0]) or
+               (weight.args[0] in op.args and op is not weight) for op in ancestry):
+            return None
+        aligned = x.ndim == total.ndim and all(
+            w in (1, t) for w, t in zip(x.shape[1:], total.shape[1:])) and not any(
+            isinstance(op, (Reshape, Transpose)) for op in cls.path(value, weight))
+        return cls(total, x, lse, spread, aligned)
+
+    @staticmethod
+    def path(value, weight):
+        """The ops from `value` down to `weight` (linear_weight's path)."""
+        ops, op = [], value
+        while op is not weight:
+            ops.append(op)
+            op = next(a for a in op.args if weight in ordered_ops([a]))
+        return ops
+
+    @classmethod
+    def linear_weight(cls, op, total):
+        """The weight exp(x - gather(lse)) `op` is linear in, or None."""
+        if isinstance(op, Exp) and isinstance(op.args[0], Subtract):
+            spread = op.args[0].args[1]
+            if isinstance(spread, Gather) and spread.graph is total.graph and \
+                    spread.by == total.at:
+                return op
+            return None
+        if isinstance(op, (Broadcast, Reshape, Dropout, Negative)):
+            return cls.linear_weight(op.args[0], total)
+        if isinstance(op, Divide):
+            weight = cls.linear_weight(op.args[0], total)
+            return weight if weight is not None and \
+                weight not in ordered_ops([op.args[1]]) else None
+        if isinstance(op, Multiply):
+            a, b = op.args
+            for linear, other in ((a, b), (b, a)):
+                weight = cls.linear_weight(linear, total)
+                if weight is not None and weight not in ordered_ops([other]):
+                    return weight
+        return None
+
+    @staticmethod
+    def is_log_sum_exp(lse, x, total):
+        """Whether lse = peak + log(max(sum(exp(x - gather(peak))), 1)), peak = max(x),
+        over `total`'s graph and end."""
+        def over_edges(op, reduce):
+            return isinstance(op, Aggregate) and op.reduce == reduce and \
+                op.graph is total.graph and op.at == total.at
+        if not (isinstance(lse, Add) and isinstance(lse.args[1], Log) and
+                isinstance(lse.args[1].args[0], Maximum)):
+            return False
+        peak = lse.args[0]
+        inner = peak.args[0] if isinstance(peak, StopGradient) else peak
+        sums, floor = lse.args[1].args[0].args
+        if not (over_edges(inner, "max") and inner.args[0] is x and over_edges(sums, "sum")
+                and isinstance(floor, Constant) and floor.is_scalar and floor.value == 1):
+            return False
+        exp = sums.args[0]
+        if not (isinstance(exp, Exp) and isinstance(exp.args[0], Subtract)):
+            return False
+        shifted, spread = exp.args[0].args
+        return shifted is x and isinstance(spread, Gather) and spread.args[0] is peak and \
+            spread.graph is total.graph and spread.by == total.at

@@ -31,7 +31,7 @@ class SplitContractions(PeepholeGraphPass):
         tiles = -(-m // self.tile) * -(-n // self.tile)
         if tiles == 0:
             return                    # an empty output: no work to spread
-        slices = min(-(-self.work_groups // tiles), k // self.min_slice)
+        slices = even_slices(k, min(-(-self.work_groups // tiles), k // self.min_slice))
         if slices < 2:
             return
         rows = k // slices
@@ -42,6 +42,16 @@ class SplitContractions(PeepholeGraphPass):
         if split < k:
             total = total + Dot(take(a, 1, split, k), take(b, 0, split, k))
         self.replace_op(op, total)
+
+
+def even_slices(k, most):
+    """The number of slices of an inner axis of `k`: the largest divisor of k from most / 2
+    to `most`, so the slices cover the axis and no remainder needs a product of its own (a
+    launch reading both operands for a few rows), else `most` (k has no such divisor)."""
+    for slices in range(most, (most + 1) // 2 - 1, -1):
+        if slices >= 2 and k % slices == 0:
+            return slices
+    return most
 
 
 def take(x, axis, start, stop):

@@ -257,6 +257,7 @@ class Block:
         self.loop = None          # (edge id, graph, end, vertex, hoisting block) of a loop body
         self.slot = None          # the CSR slot variable of that loop (its edge is eids[slot])
         self.counter = None       # the variable of a counted loop whose body this is
+        self.reducing = None      # (EdgeReduction, its accumulator) of an edge loop body
 
     def child(self):
         return Block(self.params, self, self.indent + "    ")
@@ -276,6 +277,20 @@ class Block:
                 return block
             block = block.parent
         return None
+
+    def _online_reduction(self, spread, eid):
+        """(OnlineSoftmaxSum, accumulator) of the enclosing edge loop over `eid` when
+        `spread` is the gather of the log-sum-exp its weights are taken against."""
+        block = self._loop_block(eid)
+        if block is None or block.reducing is None:
+            return None
+        reduction = block.reducing[0]
+        if not isinstance(reduction, OnlineSoftmaxSum) or reduction.match.spread is not spread:
+            return None
+        if block is not self:
+            raise AssertionError(f"{spread} read in a loop inside its one-pass softmax's "
+                                 "edge loop")
+        return block.reducing
 
     def rewalks_own_edges(self, op, coords):
         """Whether an edge output this kernel wrote earlier is read where its work-group
@@ -487,6 +502,12 @@ class Block:
             return (yield self.reshaped_steps(op, coords))
         if isinstance(op, Gather):
             (x,) = op.args
+            online = self._online_reduction(op, coords[0])
+            if online is not None:
+                # In a one-pass softmax's loop the weight is taken against the running
+                # max, which this edge may raise (OnlineSoftmaxSum).
+                reduction, acc = online
+                return (yield reduction.running_max_steps(self, acc, coords))
             loop = self._loop_of(coords[0])
             if loop and loop[1] is op.graph and loop[2] == op.by and \
                     self.hoistable(loop, coords[1:]):
@@ -529,8 +550,23 @@ class Block:
     def aggregate_steps(self, op, coords):
         """seed 000's aggInit / aggCompute / aggWrite: a loop over the vertex's edges with
         the edge values computed in registers (edgeCompute)."""
-        return (yield self.edge_reduction_steps(EdgeReduction.of_aggregate(op), coords[0],
-                                                coords[1:]))
+        plan = self.params.plan
+        online = plan.online_softmax.get(op)
+        reduction = OnlineSoftmaxSum(online) if online else EdgeReduction.of_aggregate(op)
+        statistics = plan.online_statistics.get(op)
+        if statistics is not None:
+            # The softmax's max or sum of exponentials: from the walk of its weighted sum.
+            reduction = OnlineSoftmaxSum(statistics)
+            rest = statistics.coords_of_statistics(coords)[1:]
+            yield self.edge_reduction_steps(reduction, coords[0], rest)
+            acc, start, end, running = self._lookup(("edge reduction state", reduction.key,
+                                                     coords[0], tuple(rest)))
+            if running:
+                part = "m" if op is statistics.peak else "s"
+                return self.declare(op.dtype, f"{end} > {start} ? {acc}_{part} : "
+                                    f"{literal(0, op.dtype)}", comment=self.params.comment(op))
+            reduction = EdgeReduction.of_aggregate(op)      # that walk read the weight
+        return (yield self.edge_reduction_steps(reduction, coords[0], coords[1:]))
 
     def edge_reduction_steps(self, reduction, vertex, rest, comment=None):
         """`reduction` (an EdgeReduction) of `vertex`'s edges at feature coordinates
@@ -547,9 +583,10 @@ class Block:
         acc = self.params.fresh("acc")
         pre = Block(self.params, self, self.indent)
         self.params.note_dtype(reduction.dtype)
-        pre.emit(f"{t} {acc} = {reduction.identity()};  {comment}")
+        pre.lines.extend(f"{line}  {comment}" for line in reduction.declare(acc))
         body, eid, (start, end), close = self.edge_loop(reduction.graph, reduction.at,
                                                         vertex, pre)
+        body.reducing = (reduction, acc)
         value = yield reduction.edge_steps(body, eid, vertex, rest)
         body.emit(f"{reduction.fold(acc, converted(value, reduction.edge_dtype, reduction.dtype))}"
                   f"  {comment}")
@@ -562,14 +599,16 @@ class Block:
             row_chunks = self.params.graph_array(schedule, "row_chunks")
             feature = flat_index(rest, reduction.features)
             heavy = (f"{row_chunks}[{vertex} + 1] > {row_chunks}[{vertex}]",
-                     [f"{acc} = {partials}[{row_chunks}[{vertex}] * {reduction.size} + "
-                      f"{feature}];  {comment}"])
+                     [f"{line}  {comment}" for line in reduction.load(
+                         acc, partials, f"{row_chunks}[{vertex}]", feature)])
         close(heavy)
-        final = f"{acc} / ({t})({end} - {start})" if reduction.reduce == "mean" else acc
+        final = reduction.result(acc, f"({t})({end} - {start})")
         result = self.declare(reduction.dtype,
                               f"{end} > {start} ? {final} : {literal(0, reduction.dtype)}",
                               comment=comment)
         self.cache[key] = result
+        self.cache[("edge reduction state",) + key[1:]] = \
+            (acc, start, end, acc in getattr(reduction, "running", ()))
         return result
 
     def reduction_steps(self, op, coords):
@@ -691,16 +730,118 @@ class EdgeReduction:
                     op.dtype)
         return peak, total
 
+    # Values per feature a chunk's partial holds (ChunkPartials: `width` per chunk).
+    parts = 1
+
+    @property
+    def width(self):
+        return self.size * self.parts
+
     def identity(self):
         if self.reduce in ("max", "min"):
             return extreme(self.dtype, largest=self.reduce == "min")
         return literal(0, self.dtype)
+
+    def declare(self, acc):
+        """C statements declaring the state `acc` of the reduction, empty."""
+        return [f"{ctype(self.dtype)} {acc} = {self.identity()};"]
 
     def fold(self, acc, x):
         """The C statement folding `x` into `acc` (NaN wins a max or min, as in NumPy)."""
         if self.reduce in ("max", "min"):
             return f"{acc} = {keeps_nan(x, '>' if self.reduce == 'max' else '<', acc)};"
         return f"{acc} += {x};"
+
+    def partial(self, buffer, chunk, feature, part=0):
+        offset = f" + {part * self.size}" if part else ""
+        return f"{buffer}[({chunk}) * {self.width}{offset} + {feature}]"
+
+    def store(self, acc, buffer, chunk, feature):
+        """C statements writing the state into chunk `chunk`'s partial."""
+        return [f"{self.partial(buffer, chunk, feature)} = {acc};"]
+
+    def load(self, acc, buffer, chunk, feature):
+        """C statements setting the state from chunk `chunk`'s partial."""
+        return [f"{acc} = {self.partial(buffer, chunk, feature)};"]
+
+    def merge(self, acc, buffer, chunk, feature):
+        """C statements folding chunk `chunk`'s partial into the state."""
+        return [self.fold(acc, self.partial(buffer, chunk, feature))]
+
+    def result(self, acc, count):
+        """The C value of a row with edges (`count` of them) from its state."""
+        return f"{acc} / {count}" if self.reduce == "mean" else acc
+
+
+class OnlineSoftmaxSum(EdgeReduction):
+    """A weighted sum of softmax weights (ngnn.passes.OnlineSoftmax) in one walk of the
+    edges: per feature the running max `acc_m` of the logits, the sum `acc_s` of exp(x -
+    acc_m) and the weighted sum `acc` with the weights exp(x - acc_m), both rescaled when
+    the max grows; the value is acc / max(acc_s, 1). A chunk's partial holds (m, s, acc)
+    per feature, folded with the same rescaling in chunk order."""
+    parts = 3
+
+    def __init__(self, match):
+        total = match.total
+        self.match = match
+        # Accumulators whose loops computed the weight (and so raised the running max);
+        # one reading the weight stored (an edge output of its kernel) sums it as it is,
+        # leaving the max at -inf and the sum at 0, which every fold and the result keep.
+        self.running = set()
+
+        def edge_steps(body, eid, vertex, rest):
+            return (yield body.value_steps(total.args[0], (eid,) + tuple(rest)))
+        super().__init__((total, "online"), total.graph, total.at, "sum", total.dtype,
+                         total.shape[1:], edge_steps)
+
+    def declare(self, acc):
+        t = ctype(self.dtype)
+        return [f"{t} {acc} = {literal(0, self.dtype)};",
+                f"{t} {acc}_m = {extreme(self.dtype, largest=False)};",
+                f"{t} {acc}_s = {literal(0, self.dtype)};"]
+
+    def rescale(self, old, new):
+        """exp(old - new), exactly 1 where the max did not move (-inf included)."""
+        return f"({old} == {new} ? {literal(1, self.dtype)} : exp({old} - {new}))"
+
+    def running_max_steps(self, block, acc, coords):
+        """The edge's logit raises the running max (`acc_mn`, the loop's `spread`):
+        the sum of exponentials is rescaled and takes the edge's term; the accumulator is
+        rescaled by `fold`, with the same factor `acc_sc`."""
+        t = ctype(self.dtype)
+        x = yield block.value_steps(self.match.x, coords)
+        x = converted(x, self.match.x.dtype, self.dtype)
+        block.emit(f"{t} {acc}_mn = {keeps_nan(x, '>', f'{acc}_m')};")
+        block.emit(f"{t} {acc}_sc = {self.rescale(f'{acc}_m', f'{acc}_mn')};")
+        block.emit(f"{acc}_s = {acc}_s * {acc}_sc + exp({x} - {acc}_mn);")
+        self.running.add(acc)
+        return f"{acc}_mn"
+
+    def fold(self, acc, x):
+        if acc not in self.running:
+            return super().fold(acc, x)
+        return f"{acc} = {acc} * {acc}_sc + {x}; {acc}_m = {acc}_mn;"
+
+    def store(self, acc, buffer, chunk, feature):
+        return [f"{self.partial(buffer, chunk, feature, part)} = {name};"
+                for part, name in enumerate((f"{acc}_m", f"{acc}_s", acc))]
+
+    def load(self, acc, buffer, chunk, feature):
+        return [f"{name} = {self.partial(buffer, chunk, feature, part)};"
+                for part, name in enumerate((f"{acc}_m", f"{acc}_s", acc))]
+
+    def merge(self, acc, buffer, chunk, feature):
+        t = ctype(self.dtype)
+        m, s, a = (self.partial(buffer, chunk, feature, part) for part in range(3))
+        return [f"{{ {t} top = {keeps_nan(m, '>', f'{acc}_m')};",
+                f"  {t} mine = {self.rescale(f'{acc}_m', 'top')}, "
+                f"theirs = {self.rescale(m, 'top')};",
+                f"  {acc}_s = {acc}_s * mine + {s} * theirs;",
+                f"  {acc} = {acc} * mine + {a} * theirs; {acc}_m = top; }}"]
+
+    def result(self, acc, count):
+        floor = keeps_nan(f"{acc}_s", ">", literal(1, self.dtype))
+        return f"{acc} / {floor}"
 
 
 def evaluate(steps):

@@ -75,12 +75,13 @@ def round_up(n, step):
 
 class ChunkPartials:
     """The scratch buffer of a reduction's partial results over the heavy rows' chunks of
-    an edge schedule: one row of `size` values (`dtype`) per chunk."""
+    an edge schedule: one row of `width` values (`dtype`) per chunk (a value per feature;
+    a one-pass softmax's three)."""
 
     def __init__(self, reduction, schedule):
         self.reduction, self.schedule = reduction, schedule
         self.dtype = reduction.dtype
-        self.shape = (max(schedule.num_chunks, 1), reduction.size)
+        self.shape = (max(schedule.num_chunks, 1), reduction.width)
         self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
         self.arrivals = ChunkArrivals(self)
 
@@ -310,7 +311,10 @@ class GPUKernelGenerator(TypeDispatched):
                 run = []
             if root is None:
                 break
-            kernel = self.generate(root)
+            if isinstance(step, KernelGroup) and step.epilogue is not None:
+                kernel = self.product(step.epilogue, epilogue=root)
+            else:
+                kernel = self.generate(root)
             kernels, self.pending = kernels + self.pending + [kernel], []
         return kernels
 
@@ -462,6 +466,7 @@ class GPUKernelGenerator(TypeDispatched):
         block = Block(params, hoisted, indent="            ")
         block.loop = ("eid", reduction.graph, reduction.at, "vertex", hoisted)
         block.slot = "k"
+        block.reducing = (reduction, "acc")
         value = evaluate(reduction.edge_steps(block, "eid", "vertex",
                                               unravel("f", reduction.features)))
         t = ctype(reduction.dtype)
@@ -469,12 +474,16 @@ class GPUKernelGenerator(TypeDispatched):
         text = hoisted.text() + block.text() + value
         eids = self.csr(params, reduction.graph, reduction.at, "eids") \
             if uses(text, "eid") else None
+        lines = "\n".join
         fields = {"eids": eids, "features": reduction.size, "chunks": buffer.shape[0],
-                  "hoisted": hoisted.text(), "edge_compute": block.text(), "acc_type": t,
-                  "init": reduction.identity(),
+                  "hoisted": hoisted.text(), "edge_compute": block.text(),
+                  "declare": lines(reduction.declare("acc")),
                   "fold": reduction.fold("acc", converted(value, reduction.edge_dtype,
                                                           reduction.dtype)),
-                  "fold_partial": reduction.fold("acc", f"out[c * {reduction.size} + f]"),
+                  "store": lines(reduction.store("acc", "out", "chunk", "f")),
+                  "load_first": lines(reduction.load("acc", "out", "first", "f")),
+                  "merge": lines(reduction.merge("acc", "out", "c", "f")),
+                  "store_first": lines(reduction.store("acc", "out", "first", "f")),
                   "per_group": CHUNKS_PER_GROUP}
         fields.update({name: params.graph_array(schedule, name)
                        for name in ("chunk_row", "chunk_start", "chunk_end", "row_chunks")})
@@ -601,6 +610,11 @@ class GPUKernelGenerator(TypeDispatched):
 
     @generate.on_type(Dot)
     def generate(self, op):
+        return self.product(op)
+
+    def product(self, op, epilogue=None):
+        """The tiled product `op`; with `epilogue`, an element-wise op reading it, the
+        kernel writes the epilogue's value at each element of the product instead."""
         a, b = op.args
         batch = op.shape[:len(op.shape) - (a.ndim > 1) - (b.ndim > 1)]
         batch_coords = unravel("b", batch)
@@ -618,9 +632,16 @@ class GPUKernelGenerator(TypeDispatched):
         value_b = block_b.value(b, b_coords)
         fields = {"type": ctype(op.dtype), "tile": GEMM_TILE, "m": m, "n": n, "k": k,
                   "body_a": block_a.text(), "value_a": value_a,
-                  "body_b": block_b.text(), "value_b": value_b}
+                  "body_b": block_b.text(), "value_b": value_b, "epilogue": "",
+                  "result": "acc"}
+        if epilogue is not None:
+            block = Block(params, indent="        ")
+            coords = batch_coords + ["i", "j"]
+            block.cache[(op, tuple(broadcast_coords(coords, op.shape, op.shape)))] = "acc"
+            fields["result"] = block.compute(epilogue, coords)
+            fields["epilogue"] = block.text()
         batches = int(np.prod(batch, dtype=np.int64))
-        return self.kernel(op, "gemm.j2", fields, params,
+        return self.kernel(op if epilogue is None else epilogue, "gemm.j2", fields, params,
                            (round_up(n, GEMM_TILE), round_up(m, GEMM_TILE), batches),
                            (GEMM_TILE, GEMM_TILE, 1))
 

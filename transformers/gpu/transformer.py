@@ -19,8 +19,8 @@ import numpy as np
 import scipy.sparse
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
-from ngnn.passes import (BufferSharing, Decompose, KernelGroup, KernelPlanning,
-                         SplitContractions)
+from ngnn.passes import (BufferSharing, Decompose, FactorProducts, KernelGroup,
+                         KernelPlanning, SplitContractions, UnshareBroadcasts)
 
 from ..base import (Computation, DeviceBufferStorage, DeviceTensor, Resident, Transformer,
                     buffer_holding)
@@ -505,12 +505,16 @@ class GPUTransformer(Transformer):
         # Long products are split for the device's work-groups, except where the user's ops
         # are to be seen whole: debug_nans names them, and a chunked program splits its
         # row reductions by blocks itself.
+        # A weight used twice (GATConv's `fc`, on a vertex and on its neighbours) gets its
+        # gradient as one product over the summed gradients, not two over every vertex: a
+        # GPU is bound by the bytes a product reads.
         split = self.optimize and not self.debug_nans and self.memory_budget is None
         # Ops without kernels here (batch norm's) become element-wise ops and reductions
         # before anything else runs: the rewriting passes then see those.
         passes = super().graph_passes()
         passes.insert(1, Decompose())
-        return passes + ([SplitContractions(tile=GEMM_TILE)] if split else [])
+        return passes + ([FactorProducts(), UnshareBroadcasts()] if self.optimize else []) + \
+            ([SplitContractions(tile=GEMM_TILE)] if split else [])
 
     def inplace_ok(self, op):
         return False      # kernel arguments are declared restrict: never out and in at once
