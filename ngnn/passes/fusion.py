@@ -410,7 +410,8 @@ def _recompute_chain(op, owner, limit, graph, free=None):
 class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
     extra read per edge: computed in registers, or a gather by the group's own end (read
-    once per vertex) or one (or a read of an edge input) the group computes already.
+    once per vertex) or one the group computes already, or a read of an edge input whose
+    rows the group reads already.
     `present(x)`: computed by the group already, so recomputing it again costs nothing
     (not counted in the limit)."""
 
@@ -424,10 +425,15 @@ class FreeReads:
         if isinstance(x, Gather):
             return x.by == self.at or self.present(x)
         # A value read straight from an edge input (a user's edge features) loads a row per
-        # edge, as a gather by the other end does.
-        if any(_edge_input(a, x.shape[:1]) for a in x.args):
-            return self.present(x)
+        # edge, as a gather by the other end does, unless the group reads those rows already.
+        inputs = [a for a in x.args if _edge_input(a, x.shape[:1])]
+        if inputs:
+            return self.present(x) or all(self.reads(a) for a in inputs)
         return True
+
+    def reads(self, a):
+        """Does the group read `a` already?"""
+        return any(a in op.args for op in (*self.core, *self.extra))
 
 
 def _edge_input(x, rows):
