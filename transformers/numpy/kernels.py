@@ -429,7 +429,7 @@ def by_head(x, heads, out):
     per-head products of gather_sum read, written into `out` (heads, N, F): a kept
     buffer, as a new array this size pays for fresh pages on every call (GAT's backward
     at R-MAT 500K: the 128 MB copy took 211 ms a training step new)."""
-    np.copyto(out, x.reshape(x.shape[0], heads, -1).transpose(1, 0, 2))
+    np.copyto(out, x.reshape(x.shape[0], heads, out.shape[2]).transpose(1, 0, 2))
     return out
 
 
