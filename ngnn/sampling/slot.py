@@ -35,6 +35,7 @@ class GraphSlot(Graph):
     is stale."""
 
     varies = True
+    relations = None      # an untyped slot's; a typed one holds a slot per relation
 
     def __init__(self, num_nodes, num_edges, num_dst=None, relation_edges=None):
         num_nodes = _size("num_nodes", num_nodes, 1)
