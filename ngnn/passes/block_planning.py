@@ -103,7 +103,8 @@ class GroupBlocks:
     def sparse_products(self):
         """Sum/mean aggregations of `weight * gather(x)` (or of `gather(x)`) by the other
         end run as sparse products, one per attention head: the gathered copy of x is never
-        made. A product in float64 of a float32 x reads a widened copy of x. Returns {aggregation: (x, weight or None)} and the ops this makes
+        made. A product in float64 of a float32 x (a widened gather) reads a widened copy
+        of x. Returns {aggregation: (x, weight or None)} and the ops this makes
         unnecessary."""
         group = self.group
         other = "src" if group.at == "dst" else "dst"
