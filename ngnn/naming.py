@@ -54,6 +54,9 @@ VALUE_ROLES = {
     "k": "a dropout's keep bits",
     "h": "a node tensor copied head by head for a sparse product",
     "wh": "the workspace array of that copy",
+    "c": "a node tensor widened to float64 for a sparse product that sums in float64",
+    "hc": "a node tensor copied head by head and widened, for such a product",
+    "whc": "the workspace array of that copy",
 }
 
 

@@ -55,6 +55,13 @@ def checked_types(edge_type, num_relations, num_edges):
 def _cached(graph, key, make):
     cache = graph.__dict__.setdefault("_derived_graphs", {})
     if key not in cache:
+        if getattr(graph, "varies", False):
+            # A graph made from a slot's edges would keep the first batch's edges in the
+            # program; a typed slot holds its relation subgraphs as slots of their own.
+            raise ValueError(f"{graph!r} is a minibatch slot: over slots, relation-typed "
+                             "code can aggregate per relation (v.innbs.of_type(r)) but not "
+                             "read each edge's own type (e.type, W[e.type]); train over "
+                             "the full graph")
         cache[key] = make()
     return cache[key]
 

@@ -226,13 +226,11 @@ def test_attention_stores_alpha_only_when_asked(case, backend):
 # What a training step of each attention layer stores per edge, on both backends, with
 # float32 sums and with float64 ones (wide_accumulation, `ngnn train`'s default): nothing,
 # but for TransformerConv with edge features, which encodes them with a matrix product
-# outside any walk (E x heads x out_feats, and its gradient) and keeps what depends on them,
-# and, with float64 sums, for the layers whose source-side walk would have to read the
-# output gradient's rows twice, in float32 (the logits' gradient) and widened (the
-# features' gradient), to recompute the logits' gradient: they keep it, E x heads
-# (docs/fusion.md, "What an attention's training step stores").
+# outside any walk (E x heads x out_feats, and its gradient) and keeps what depends on them
+# (docs/fusion.md, "What an attention's training step stores"). With float64 sums, GAT's
+# and TransformerConv's source-side walk reads the output gradient's rows once, in
+# float32, for the logits' gradient and, widened after the gather, for the features'.
 ENCODES_EDGE_FEATURES = {"TransformerConv"}
-WIDE_SUMS_KEEP_LOGITS_GRADIENT = {"GATConv", "TransformerConvNoEdgeFeatures"}
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["float32_sums", "float64_sums"])
@@ -253,7 +251,5 @@ def test_attention_training_step_keeps_nothing_edge_sized(case, backend, wide):
     if case.name in ENCODES_EDGE_FEATURES:
         assert {width for width, _ in stored} <= {HEADS, HEADS * HIDDEN, case.edge_dim}, stored
         assert max(width for width, _ in stored) == HEADS * HIDDEN, stored
-    elif wide and case.name in WIDE_SUMS_KEEP_LOGITS_GRADIENT:
-        assert [width for width, _ in stored] == [HEADS], stored
     else:
         assert stored == [], stored

@@ -66,3 +66,43 @@ def test_off_by_default_leaves_float32_sums(transformer_factory):
     value = rng.standard_normal((30, 4)).astype(np.float32)
     np.testing.assert_allclose(comp(value), value.astype(np.float64).sum(axis=0), rtol=1e-4)
     assert "Float64" not in comp.ir
+
+
+def test_rows_gathered_in_float32_and_widened_are_loaded_once(transformer_factory):
+    """A sum over edges of per-head weights times a gathered y (the widened message) next
+    to a float32 use of the same gathered rows (a max here; the logits' gradient in GAT's
+    backward): the widened message casts the float32 gather's rows instead of gathering a
+    widened y, so a walk loads each row once; fused NumPy still runs it as per-head sparse
+    products, from a widened copy of y. Exact: the float64 sums rounded once."""
+    n, e, heads, f = 30, 300, 3, 4
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    g = ng.Graph.from_edges(src, dst, num_nodes=n)
+    y_value = rng.standard_normal((n, heads, f)).astype(np.float32)
+    a_value = rng.standard_normal((n, heads, 1)).astype(np.float32)
+    y = ng.placeholder((n, heads, f), name="y")
+    a = ng.placeholder((n, heads, 1), name="a")
+    rows = ng.gather(y, g, by="dst")
+    total = ng.aggregate(ng.gather(a, g, by="src") * rows, g, at="src", reduce="sum")
+    peak = ng.aggregate(rows, g, at="src", reduce="max")
+    mean = ng.aggregate(rows, g, at="src", reduce="mean")
+    t = transformer_factory(wide_accumulation=True)
+    comp = t.computation([total, peak, mean], y, a)
+    got_total, got_peak, got_mean = comp(y_value, a_value)
+    exact, count = np.zeros((n, heads, f)), np.bincount(src, minlength=n)
+    np.add.at(exact, src, a_value[src].astype(np.float64) * y_value[dst])
+    np.testing.assert_array_equal(got_total, exact.astype(np.float32))
+    exact = np.zeros((n, heads, f))
+    np.add.at(exact, src, y_value[dst].astype(np.float64))
+    has_edges = count > 0
+    np.testing.assert_array_equal(
+        got_mean[has_edges], (exact[has_edges] / count[has_edges, None, None]).astype(np.float32))
+    highest = np.full((n, heads, f), -np.inf, np.float32)
+    np.maximum.at(highest, src, y_value[dst])
+    np.testing.assert_array_equal(got_peak[has_edges], highest[has_edges])
+    ir = comp.ir_after("WideAccumulation")
+    assert ir.count("gather_dst(") == 1 and "edge::cast(" in ir, ir     # y's rows, once
+    if "K.blocks(" in getattr(comp, "source", ""):        # fused NumPy
+        source = comp.source
+        assert "K.by_head(t_y, 3, whc_y)" in source and "K.gather_sum(hc_y," in source
+        assert "np.ascontiguousarray(t_y, dtype=np.float64)" in source and \
+            "K.gather_sum(c_y," in source

@@ -150,7 +150,7 @@ def split_aggregate(lowering, op):
     for r, eids in enumerate(relation_edges(g)):
         if len(eids):
             sub = relation_subgraph(g, r)
-            edges = _RelationEdges(lowering, edge_set, r, eids, sub)
+            edges = _RelationEdges(lowering, edge_set, r, sub)
             terms.append(Aggregate(edges.lower(value), sub, at=at, reduce="sum"))
     if not terms:
         return zeros((g.num_nodes,) + op.shape, op.dtype)
@@ -173,7 +173,7 @@ def aggregate_of_type(lowering, op):
     from .lowering import ENDS
     g, r = lowering.graph, op.relation
     sub = relation_subgraph(g, r)
-    edges = _RelationEdges(lowering, op.over, r, relation_edges(g)[r], sub)
+    edges = _RelationEdges(lowering, op.over, r, sub)
     return Aggregate(edges.lower(op.args[0]), sub, at=ENDS[op.over][0], reduce=op.reduce,
                      name=f"relation_of_type_{r}")
 
@@ -182,10 +182,17 @@ class _RelationEdges:
     """Lowers per-edge values onto the edges of one relation (its subgraph's edges), where
     dot(x, W[e.type]) is dot(x, W[r]) for every edge."""
 
-    def __init__(self, lowering, edge_set, r, eids, sub):
+    def __init__(self, lowering, edge_set, r, sub):
         self.lowering, self.edge_set, self.r = lowering, edge_set, r
-        self.eids, self.sub = eids, sub
+        self.sub = sub
         self.done = {}
+
+    @property
+    def eids(self):
+        """The graph's ids of the relation's edges, for values read per edge of the whole
+        graph (edge features, b[e.type]); looked up only then (a typed minibatch slot's
+        relation subgraphs have no fixed ids, and say so)."""
+        return relation_edges(self.lowering.graph)[self.r]
 
     def lower(self, local):
         if local not in self.done:
@@ -208,10 +215,10 @@ class _RelationEdges:
         if isinstance(local, RelationIndex):       # b[e.type]: row r of b on every edge
             table = lw.arg(local.args[0], self.edge_set, "e")
             flat = Reshape(table, (table.shape[0], -1)) if table.ndim != 2 else table
-            same = np.full(len(self.eids), self.r, dtype=np.int64)
+            same = np.full(self.sub.num_edges, self.r, dtype=np.int64)
             picked = Gather(flat, rows_graph(g, ("type", self.r), same, table.shape[0]),
                             by="src")
-            return Reshape(picked, (len(self.eids),) + local.shape)
+            return Reshape(picked, (self.sub.num_edges,) + local.shape)
         if isinstance(local, LocalFeature):        # an edge feature: this relation's rows
             rows = lw.home[local]
             if isinstance(rows, Constant):
@@ -219,4 +226,4 @@ class _RelationEdges:
             return Gather(rows, rows_graph(g, ("relation", self.r), self.eids, g.num_edges),
                           by="src")
         args = [self.lower(a) for a in local.args]
-        return lw.rebuild(local, args, len(self.eids))
+        return lw.rebuild(local, args, self.sub.num_edges)

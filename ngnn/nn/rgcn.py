@@ -67,11 +67,6 @@ class RGCNConv(Layer):
 
     def __call__(self, g, h, training=False):
         if g.edge_type is None:
-            if getattr(g, "varies", False):
-                # A minibatch program's graph slot holds sampled blocks' edges, not types.
-                raise ValueError("RGCNConv: minibatch training (batch_size / --batch-size) "
-                                 "does not carry edge types through its graph slots yet; "
-                                 "train R-GCN over the full graph")
             raise ValueError(f"RGCNConv needs a relation-typed graph, got {g!r}; build it "
                              "with ng.Graph.from_edges(..., edge_type=t, num_relations=R)")
         if g.num_relations != self.num_relations:

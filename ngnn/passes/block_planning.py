@@ -6,8 +6,10 @@ decided here, per group (`GroupBlocks`):
   - `block_edges`: the edges a block holds, so that one block's edge intermediates and the
     rows it reads of stored edge values fit the byte budget (`fusion_block_bytes`, 8 MiB
     by default: near the size of the cache);
-  - `products`: the sum and mean aggregations of `weight * gather(x)` (or of `gather(x)`)
-    that run as sparse products, one per attention head, reading x's rows in place;
+  - `products`: the sum and mean aggregations of `weight * gather(x)` (or of `gather(x)`,
+    or of a gather widened to the aggregation's float64: WideAccumulation's
+    widen_after_gather) that run as sparse products, one per attention head, reading x's
+    rows in place (or a widened copy of x, made once per call);
   - `row_dots`: sums over trailing axes of a product of two edge values of one shape (a
     per-head dot product of gathered features: the gradient of attention logits), run as
     one np.einsum of the two factors; `skipped`, the ops these make unnecessary (the
@@ -28,7 +30,7 @@ sets `computation.block_plan`; it rewrites nothing.
 """
 import numpy as np
 
-from ..op_graph import Aggregate, Broadcast, EdgeSoftmax, Gather, Multiply, Sum
+from ..op_graph import Aggregate, Broadcast, Cast, EdgeSoftmax, Gather, Multiply, Sum
 from .base import GraphPass
 from .fusion import FusedGroup
 
@@ -101,7 +103,8 @@ class GroupBlocks:
     def sparse_products(self):
         """Sum/mean aggregations of `weight * gather(x)` (or of `gather(x)`) by the other
         end run as sparse products, one per attention head: the gathered copy of x is never
-        made. Returns {aggregation: (x, weight or None)} and the ops this makes
+        made. A product in float64 of a float32 x (a widened gather) reads a widened copy
+        of x. Returns {aggregation: (x, weight or None)} and the ops this makes
         unnecessary."""
         group = self.group
         other = "src" if group.at == "dst" else "dst"
@@ -115,7 +118,15 @@ class GroupBlocks:
                 len(users.get(op, [])) == 1
 
         def gathered(op):
+            """The gathers a product reads in place: the gather by the other end of a node
+            tensor, or such a gather cast (widened) to the product's dtype."""
+            if isinstance(op, Cast) and op.dtype == np.float64 and \
+                    op.args[0].dtype == np.float32 and private(op):
+                return gathered(op.args[0])
             return isinstance(op, Gather) and op.by == other and op.args[0] not in self.members
+
+        def rows(op):       # the gathers' own ops: the widening cast and the gather
+            return [op] + rows(op.args[0]) if isinstance(op, Cast) else [op]
 
         # A gather other ops of the block read too (an attention's backward reads the
         # sources' features for the weighted sum and for the logits' gradient) is still
@@ -126,16 +137,16 @@ class GroupBlocks:
                 continue
             (msg,) = agg.args
             if gathered(msg) and private(msg):
-                products[agg] = (msg.args[0], None)
-                skipped.add(msg)
+                products[agg] = (rows(msg)[-1].args[0], None)
+                skipped.update(g for g in rows(msg) if private(g))
             elif isinstance(msg, Multiply) and private(msg):
                 for g, w in (msg.args, msg.args[::-1]):
                     if isinstance(w, Broadcast) and w.args[0].ndim == w.ndim:
                         w = w.args[0]      # a per-head weight spread over the features
                     if gathered(g) and w.ndim == g.ndim and per_head(w.shape, g.shape) and \
                             w.dtype == g.dtype and w is not g:
-                        products[agg] = (g.args[0], w)
-                        skipped.update((msg, g) if private(g) else (msg,))
+                        products[agg] = (rows(g)[-1].args[0], w)
+                        skipped.update([msg] + [r for r in rows(g) if private(r)])
                         break
         return products, skipped
 

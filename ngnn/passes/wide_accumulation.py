@@ -27,7 +27,9 @@ Edge softmax denominators are accumulated in float64 by the kernels themselves.
 Then the rounding moves past the ops that still add to the value, so they add in float64:
 communication (mirror reduction, all-reduce), sums of widened values (a weight read
 twice; the slices of a split product), a division by a constant (a distributed mean),
-and layout ops.
+and layout ops. Last, a widened gather of a value that is also gathered in float32, over
+the same graph and end, widens the float32 gather's rows instead (`widen_after_gather`):
+a walk that needs both loads each row once, as float32, and casts it in registers.
 """
 import numpy as np
 
@@ -54,6 +56,7 @@ class WideAccumulation(GraphPass):
                     if replacement is not None:
                         op.forward = replacement
                         changed = True
+        widen_after_gather(computation.results)
 
     def round(self, wide):
         narrow = Cast(wide, F32)
@@ -98,6 +101,27 @@ class WideAccumulation(GraphPass):
                 args[1].dtype == F32:
             return self.round(op.with_args([inner[0], Constant(args[1].value, dtype=F64)]))
         return None
+
+
+def widen_after_gather(results):
+    """A gather of x widened (an aggregation's message) next to a float32 gather of x, over
+    the same graph and end, becomes the float32 gather cast to float64 (exact: the same
+    values). GAT's and TransformerConv's source-side backward walk reads the output
+    gradient at each edge's destination for the features' gradient, widened, and for the
+    logits' gradient in float32: reading the float32 rows once, the walk recomputes the
+    logits' gradient from rows it loads anyway (docs/fusion.md). Reading the widened rows
+    for both instead would load twice the bytes per edge."""
+    ops = ordered_ops(results)
+    narrow = {}
+    for op in ops:
+        if isinstance(op, Gather) and op.dtype == F32:
+            narrow.setdefault((id(op.graph), op.by, id(op.args[0])), op)
+    for op in ops:
+        if isinstance(op, Gather) and op.forward is None and op.dtype == F64 and \
+                isinstance(op.args[0], Cast) and op.args[0].args[0].dtype == F32:
+            rows = narrow.get((id(op.graph), op.by, id(op.args[0].args[0])))
+            if rows is not None:
+                op.forward = Cast(rows, F64)
 
 
 def wide(x):

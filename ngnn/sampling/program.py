@@ -40,6 +40,12 @@ def capacities(g, fanouts, batch_size, self_loops=False):
     return sizes[::-1]
 
 
+def relation_capacities(g, edges):
+    """The edges of each relation a block of at most `edges` edges of the typed graph `g`
+    can hold: as many as it holds in all, or as g has of that relation."""
+    return np.minimum(np.bincount(g.edge_type, minlength=g.num_relations), edges)
+
+
 def with_block_self_loops(block):
     """The block with its sampled self loops dropped and one loop per destination row added
     at the end of its in-edges (kept grouped by destination, as the sampler leaves them)."""
@@ -61,7 +67,9 @@ def with_block_self_loops(block):
 
 def every_row(block, rows):
     """The block widened so that it computes all `rows` rows (no row prefix)."""
-    return Graph(block.src, block.dst, rows, rows)
+    types = {} if block.edge_type is None else dict(edge_type=block.edge_type,
+                                                     num_relations=block.num_relations)
+    return Graph(block.src, block.dst, rows, rows, **types)
 
 
 class MinibatchProgram:
@@ -79,7 +87,10 @@ class MinibatchProgram:
         sizes = capacities(g, fanouts, batch_size, self.self_loops)
         if not row_prefix:
             sizes = [(sizes[0][0], sizes[0][0], edges) for _, _, edges in sizes]
-        self.slots = [GraphSlot(read, edges, computed) for read, computed, edges in sizes]
+        typed = g.edge_type is not None
+        self.slots = [GraphSlot(read, edges, computed,
+                                relation_capacities(g, edges) if typed else None)
+                      for read, computed, edges in sizes]
         rows_in, rows_out = self.slots[0].num_nodes, self.slots[-1].num_dst
         self.x = ng.placeholder((rows_in, num_features), dtype=dtype, name="batch_features")
         self.y = ng.placeholder((rows_out,), dtype=np.int64, name="batch_labels")

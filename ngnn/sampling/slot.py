@@ -10,6 +10,11 @@ and the spare edges join padding rows only (source rows past the block's sources
 destination rows past its destinations, spread evenly so no vertex gets them all), so they
 change neither the real rows' aggregations nor their degrees. Padding rows compute finite
 values that no real row reads.
+
+A typed slot (`relation_edges`, one edge capacity per relation) carries edge types: the
+graphs derived from a typed graph (ngnn/relations.py) are made when a program is traced
+and held by its ops, so a typed slot holds one slot per relation, made once, as the
+relation subgraphs `v.innbs.of_type(r)` reads, and each load replaces their edges too.
 """
 import numbers
 
@@ -30,13 +35,20 @@ class GraphSlot(Graph):
     is stale."""
 
     varies = True
+    relations = None      # an untyped slot's; a typed one holds a slot per relation
 
-    def __init__(self, num_nodes, num_edges, num_dst=None):
+    def __init__(self, num_nodes, num_edges, num_dst=None, relation_edges=None):
         num_nodes = _size("num_nodes", num_nodes, 1)
         num_dst = num_nodes if num_dst is None else _size("num_dst", num_dst, 1)
         num_edges = _size("num_edges", num_edges, 0)
         if num_dst > num_nodes:
             raise ValueError(f"GraphSlot: num_dst={num_dst} exceeds num_nodes={num_nodes}")
+        # One slot per relation (the relation subgraphs), or None for an untyped slot.
+        self.relations = None if relation_edges is None else [
+            GraphSlot(num_nodes, _size("relation_edges", edges, 0), num_dst)
+            for edges in relation_edges]
+        if self.relations == []:
+            raise ValueError("GraphSlot: relation_edges must list at least one relation")
         self.version = -1
         self._fill(*self._padding(0, 0, num_nodes, num_dst, num_edges), num_nodes, num_dst)
         self.loaded = (0, 0, 0)       # (rows, destination rows, edges) of the loaded block
@@ -55,11 +67,35 @@ class GraphSlot(Graph):
                 f"GraphSlot.load: {graph!r} does not fit this slot ({self.num_nodes} rows, "
                 f"{self.num_dst} destination rows, {self.num_edges} edges; padding edges "
                 "need a spare source row and a spare destination row)")
+        if self.relations is not None:
+            self._load_relations(graph)
         pad_src, pad_dst = self._padding(graph.num_nodes, graph.num_dst, self.num_nodes,
                                          self.num_dst, spare)
+        types = None if self.relations is None else \
+            np.concatenate([graph.edge_type, np.zeros(spare, np.int64)])
         self._fill(np.concatenate([graph.src, pad_src]), np.concatenate([graph.dst, pad_dst]),
-                   self.num_nodes, self.num_dst)
+                   self.num_nodes, self.num_dst, types)
         self.loaded = (graph.num_nodes, graph.num_dst, graph.num_edges)
+
+    def _load_relations(self, graph):
+        """Loads each relation's edges of the typed block `graph` into its relation slot
+        (padding edges, which join padding rows only, are typed 0 in this slot and belong
+        to no relation slot)."""
+        if graph.edge_type is None or graph.num_relations != len(self.relations):
+            raise ValueError(f"GraphSlot.load: this slot carries {len(self.relations)} "
+                             f"relations; {graph!r} is not a graph of as many relations")
+        order = np.argsort(graph.edge_type, kind="stable")
+        bounds = np.searchsorted(graph.edge_type[order], np.arange(len(self.relations) + 1))
+        counts = np.diff(bounds)
+        over = np.flatnonzero(counts > [slot.num_edges for slot in self.relations])
+        if over.size:
+            r = over[0]
+            raise ValueError(f"GraphSlot.load: {graph!r} has {counts[r]} edges of relation "
+                             f"{r}; this slot holds {self.relations[r].num_edges}")
+        for r, slot in enumerate(self.relations):
+            edges = order[bounds[r]:bounds[r + 1]]
+            slot.load(Graph(graph.src[edges], graph.dst[edges], graph.num_nodes,
+                            graph.num_dst))
 
     def load_grouped(self, src, dst, num_nodes, num_dst, in_eids, out_eids):
         """`load` for a block whose CSR orders the caller already has (GraphLoader cuts
@@ -67,6 +103,9 @@ class GraphSlot(Graph):
         `in_eids` (`out_eids`) the edge ids grouped by destination (source), stably; None
         where the edges already come in that order. Nothing is checked or sorted again,
         which is most of a small batch's `load`."""
+        if self.relations is not None:
+            raise ValueError("GraphSlot.load_grouped: a typed slot loads typed blocks with "
+                             "load, which splits their edges by relation")
         spare = self.num_edges - src.shape[0]
         if not (0 < spare and num_nodes < self.num_nodes and num_dst < self.num_dst or
                 spare == 0 and num_nodes <= self.num_nodes and num_dst <= self.num_dst):
@@ -100,12 +139,20 @@ class GraphSlot(Graph):
         dst = dst_rows + spread * (num_dst - dst_rows) // max(count, 1)
         return src, dst
 
-    def _fill(self, src, dst, num_nodes, num_dst):
+    def _fill(self, src, dst, num_nodes, num_dst, edge_type=None):
         # Caches kept on the graph (CSR permutations, transformers' incidence matrices and
-        # blocks) describe the old edges: start from a clean object state.
-        version = self.version + 1
+        # blocks) describe the old edges: start from a clean object state. A typed slot's
+        # relation subgraphs are its relation slots, whatever is loaded.
+        version, relations = self.version + 1, self.relations
         self.__dict__.clear()
-        Graph.__init__(self, src, dst, num_nodes, num_dst)
+        self.relations = relations
+        if relations is None:
+            Graph.__init__(self, src, dst, num_nodes, num_dst)
+        else:
+            Graph.__init__(self, src, dst, num_nodes, num_dst,
+                           np.zeros(len(src), np.int64) if edge_type is None else edge_type,
+                           len(relations))
+            self._derived_graphs = {("relation", r): slot for r, slot in enumerate(relations)}
         self.version = version
 
     def __repr__(self):

@@ -66,9 +66,11 @@ class NumPyPlan:
         context = Block(self, plan, device, blocks, skipped)
         # Once per call: per-head copies of the product sources, and the dropout masks.
         cost = Cost(kind="fused", calls=1)
-        for x, weight in {(x, w) for x, w in products.values()}:
-            cost = cost + (Cost(2 * nbytes(x) / device.transpose_rate, 0, 2 * nbytes(x))
-                           if heads_of(weight) > 1 else Cost(calls=1))
+        # A widened source (a float64 product of float32 rows) is a copy too, twice as wide.
+        for x, weight, dtype in {(x, w, agg.dtype) for agg, (x, w) in products.items()}:
+            moved = nbytes(x) * (1 + dtype.itemsize // x.dtype.itemsize)
+            cost = cost + (Cost(moved / device.transpose_rate, 0, moved)
+                           if heads_of(weight) > 1 or dtype != x.dtype else Cost(calls=1))
         masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
                  if isinstance(op, Dropout)}
         for op in masks.values():

@@ -101,8 +101,8 @@ class FusedGroupWriter:
                  f"    # {len(group.ops)} ops, {'destination' if end == 'dst' else 'source'}"
                  f"-parallel over the {csr}-CSR; edge values live one block at a time"]
         lines += [f"    {name} = {source}"
-                  for name, source in dict(self.product_source(x, w)
-                                           for x, w in self.products.values()).items()]
+                  for name, source in dict(self.product_source(x, w, agg.dtype)
+                                           for agg, (x, w) in self.products.items()).items()]
         permuted = end == "src" and any(op in self.csr_ordered
                                         for op in group.inputs + group.outputs)
         if permuted:
@@ -166,18 +166,23 @@ class FusedGroupWriter:
             lines.append(f"        {', '.join(counts)} = {', '.join(counts.values())}")
         return lines
 
-    def product_source(self, x, weight):
-        """(name, expression) of the gathered node tensor as a sparse product reads it:
-        contiguous rows, or one contiguous matrix per head when the weight scales heads
-        (K.gather_sum), copied into the workspace. Made once per call, before the blocks."""
+    def product_source(self, x, weight, dtype):
+        """(name, expression) of the gathered node tensor as a sparse product in `dtype`
+        reads it: contiguous rows, or one contiguous matrix per head when the weight scales
+        heads (K.gather_sum), copied into the workspace; widened to `dtype` on the way
+        where the product sums float32 rows in float64 (a widened gather). Made once per
+        call, before the blocks."""
         heads = heads_of(weight)
         name = self.names[x]
+        wide = "c" if dtype != x.dtype else ""
         if heads == 1:
-            return name, f"np.ascontiguousarray({name})"
-        copy = "wh" + name[1:]
+            if not wide:
+                return name, f"np.ascontiguousarray({name})"
+            return wide + name[1:], f"np.ascontiguousarray({name}, dtype=np.{dtype.name})"
+        copy = "wh" + wide + name[1:]
         per_head = int(np.prod(x.shape[1:], dtype=np.int64)) // heads
-        self.scratch[copy] = (None, (heads, x.shape[0], per_head), x.dtype)
-        return "h" + name[1:], f"K.by_head({name}, {heads}, {copy})"
+        self.scratch[copy] = (None, (heads, x.shape[0], per_head), dtype)
+        return "h" + wide + name[1:], f"K.by_head({name}, {heads}, {copy})"
 
     def stored_rows(self, op):
         """The rows of a stored value that this block writes or reads whole."""
@@ -241,7 +246,8 @@ class FusedGroupWriter:
                     local.get(weight) or self.edge_rows(weight)
                 other = "src" if end == "dst" else "dst"
                 self.block_views.append(f"{name} = {target}")
-                return [f"K.gather_sum({self.product_source(x, weight)[0]}, {w}, {other}, "
+                return [f"K.gather_sum({self.product_source(x, weight, op.dtype)[0]}, "
+                        f"{w}, {other}, "
                         f"seg, {op.reduce!r}, "
                         f"out={name})"]
             self.block_views.append(f"{name} = {target}")
