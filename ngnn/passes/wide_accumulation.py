@@ -31,9 +31,9 @@ and layout ops.
 """
 import numpy as np
 
-from ..op_graph import (Add, Aggregate, BatchNormApplySums, BatchNormStats, Cast,
-                        Communication, Constant, Divide, Dot, Gather, MasterBroadcast, Multiply,
-                        Reshape, SparseTransposedDot, Sum, Transpose, ordered_ops)
+from ..op_graph import (Add, BatchNormApplySums, BatchNormStats, Cast, Communication,
+                        Constant, Divide, Dot, Gather, MasterBroadcast, Multiply,
+                        SparseTransposedDot, Sum, Transpose, ordered_ops)
 from .base import GraphPass
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -70,7 +70,8 @@ class WideAccumulation(GraphPass):
         if isinstance(op, SparseTransposedDot):
             x, d = op.args
             return self.round(SparseTransposedDot(x, wide(d), name=op.name))
-        if isinstance(op, Aggregate) and op.reduce in ("sum", "mean"):
+        if op.row_space is not None and op.combiner is not None and op.combiner.linear:
+            # an aggregation of a sum (or mean) of its messages
             return self.round(op.with_args([message(op.args[0])]))
         if type(op) is Sum and 0 in op.axes and op.args[0].shape[0] > 1:
             return self.round(op.with_args([wide(op.args[0])]))
@@ -88,7 +89,8 @@ class WideAccumulation(GraphPass):
         if isinstance(op, Communication) and not isinstance(op, MasterBroadcast) and \
                 inner[0] is not None:
             return self.round(op.with_args([inner[0]]))
-        if isinstance(op, (Reshape, Transpose)) and inner[0] is not None:
+        if op.is_view and op.size == op.args[0].size and inner[0] is not None:
+            # a view of every element once (a reshape, a transpose): rounding commutes
             return self.round(op.with_args([inner[0]]))
         if type(op) is Add and all(i is not None for i in inner):
             return self.round(Add(*inner))
