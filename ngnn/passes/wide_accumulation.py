@@ -33,7 +33,7 @@ import numpy as np
 
 from ..op_graph import (Add, BatchNormApplySums, BatchNormStats, Cast, Communication,
                         Constant, Divide, Dot, Gather, MasterBroadcast, Multiply,
-                        SparseTransposedDot, Sum, Transpose, ordered_ops)
+                        Reshape, SparseTransposedDot, Sum, Transpose, ordered_ops)
 from .base import GraphPass
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -89,8 +89,7 @@ class WideAccumulation(GraphPass):
         if isinstance(op, Communication) and not isinstance(op, MasterBroadcast) and \
                 inner[0] is not None:
             return self.round(op.with_args([inner[0]]))
-        if op.is_view and op.size == op.args[0].size and inner[0] is not None:
-            # a view of every element once (a reshape, a transpose): rounding commutes
+        if isinstance(op, (Reshape, Transpose)) and inner[0] is not None:
             return self.round(op.with_args([inner[0]]))
         if type(op) is Add and all(i is not None for i in inner):
             return self.round(Add(*inner))
