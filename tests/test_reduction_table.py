@@ -1,8 +1,8 @@
 """The reduction table (ngnn/op_graph/combiners.py), through the row added to it last:
 "prod", the product of the values over each vertex's edges (0 at a vertex without edges).
-One row makes it run on NumPy fused and unfused, chunk by chunk, over 2 ranks and in the
-simulator, with an exact gradient (also at zero factors); the GPU transformer, whose
-edge reductions do not read the table yet, refuses it with a message naming it."""
+One row makes it run on NumPy fused and unfused, on the GPU (its edge reductions, a heavy
+row's chunk partials and axis reductions read the table), chunk by chunk, over 2 ranks
+and in the simulator, with an exact gradient (also at zero factors)."""
 import numpy as np
 import pytest
 
@@ -10,6 +10,7 @@ import ngnn as ng
 from ngnn import simulate
 from ngnn import transformers as ngt
 from ngnn.op_graph.combiners import COMBINERS
+from ngnn.transformers.gpu.schedule import CHUNK
 
 from test_distributed import driver
 from test_graph_ops import E, F, N, check_gradients, random_graph, weighted_sum
@@ -33,10 +34,6 @@ def factors(rng, zeros=True):
     return x
 
 
-def is_gpu(t):
-    return t.name == "gpu"
-
-
 @pytest.mark.parametrize("at", ["dst", "src"])
 def test_product_aggregation_and_its_gradient(transformer_factory, at):
     g, rng = random_graph(2), np.random.default_rng(3)
@@ -44,10 +41,6 @@ def test_product_aggregation_and_its_gradient(transformer_factory, at):
     x = factors(rng)
     prod = ng.aggregate(e, g, at=at, reduce="prod")
     with transformer_factory() as t:
-        if is_gpu(t):
-            with pytest.raises(ValueError, match="gpu transformer .* no prod reduction"):
-                t.computation(prod, e)(x)
-            return
         np.testing.assert_allclose(t.computation(prod, e)(x), reference_prod(g, x, at),
                                    rtol=1e-12)
         # A product is linear in each factor: central differences are exact, at 0 too.
@@ -70,15 +63,42 @@ def test_product_of_gathered_values_in_a_fused_group(transformer_factory):
     x, wv = rng.uniform(0.5, 1.5, (N, F)), rng.uniform(0.5, 1.5, (E, 1))
     out = ng.aggregate(ng.gather(h, g, by="src") * w, g, reduce="prod")
     with transformer_factory() as t:
-        if is_gpu(t):
-            with pytest.raises(ValueError, match="gpu transformer .* no prod reduction"):
-                t.computation(out, h, w)(x, wv)
-            return
         comp = t.computation(out, h, w)
         np.testing.assert_allclose(comp(x, wv), reference_prod(g, x[g.src] * wv, "dst"),
                                    rtol=1e-12)
-        assert ("K.segment_reduce(" in comp.source) == t.fusion
+        if t.name == "numpy":
+            assert ("K.segment_reduce(" in comp.source) == t.fusion
         check_gradients(t, weighted_sum(out, rng), [h, w], [x, wv], rng, coords=6)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_product_over_a_heavy_row_equals_numpy(transformer_factory, dtype, rtol):
+    """A star whose hub has more in-edges than a chunk of the GPU's edge schedule: there
+    partial kernels multiply each chunk's edges and fold the chunks' partials by the
+    table's c_fold in chunk order. Forward and gradient (one zero factor at the hub, so
+    its other factors' gradient is 0 and the zero's is the product of the rest) equal the
+    NumPy transformer's."""
+    leaves = 2 * CHUNK + 7
+    leaf = np.arange(1, leaves + 1)
+    g = ng.Graph.from_edges(np.concatenate([leaf, leaf[:-1]]),
+                            np.concatenate([np.zeros(leaves, np.int64), leaf[1:]]),
+                            num_nodes=leaves + 1)
+    rng = np.random.default_rng(11)
+    h = ng.placeholder((g.num_nodes, 3), dtype=dtype, name="h")
+    x = (rng.uniform(0.95, 1.05, (g.num_nodes, 3)) *
+         rng.choice([-1.0, 1.0], (g.num_nodes, 3))).astype(dtype)
+    x[5, 1] = 0.0
+    prod = ng.aggregate(ng.gather(h, g, by="src"), g, reduce="prod")
+    loss = ng.sum(prod * ng.constant(rng.standard_normal(prod.shape).astype(dtype)))
+    with ngt.make_transformer("numpy") as t:
+        expected = t.computation([prod, ng.grad(loss, h)], h)(x)
+    with transformer_factory() as t:
+        comp = t.computation([prod, ng.grad(loss, h)], h)
+        got = comp(x)
+        if t.name == "gpu":
+            assert "partial.j2" in {k.template for k in comp.executor.kernels}
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * np.abs(b).max())
 
 
 @pytest.mark.parametrize("chunks", [2, 3])

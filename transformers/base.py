@@ -193,7 +193,6 @@ class Computation:
             self._snapshot_assigned_variables()
         self.ordered_ops = ordered_ops(self.results)
         self._check_parameters()
-        self._check_reductions()
         self.steps = list(self.ordered_ops)     # ops and fused groups, in execution order
         self.fusion_groups = []
         for late_pass in self.transformer.late_passes():
@@ -282,17 +281,6 @@ class Computation:
             if any(isinstance(a, Assign) for a in r.args):
                 raise ValueError("ng.assign must be a result of the computation, not an "
                                  "argument of another op")
-
-    def _check_reductions(self):
-        """Refuses a reduction kind this transformer's code generators do not render yet
-        (the reduction table's `not_rendered_by`, ngnn/op_graph/combiners.py)."""
-        name = self.transformer.name
-        for op in self.ordered_ops:
-            if op.combiner is not None and name in op.combiner.not_rendered_by:
-                raise ValueError(
-                    f"the {name} transformer cannot compute {op} ({op.op_name}, built at "
-                    f"{op.origin and ':'.join(map(str, op.origin))}): it has no "
-                    f"{op.combiner.name} reduction yet")
 
     # ---- inspection ----------------------------------------------------------------------
     def _format_ir(self, steps, names=None):

@@ -11,8 +11,10 @@ place that reduces reads its row instead of spelling the kind out again:
   kind), chunked execution (partial results of row blocks and edge pieces folded on the
   host with `ufunc`, starting from `identity`), the ranks' exchanges (mirrors and
   per-graph partials folded with `ufunc`; a copy without edges holds `identity`);
-* the gradient of an aggregation (`edge_adjoint`), and the C statement a GPU kernel folds
-  with (`c_fold`, from `identity` in the kernel's dtype).
+* the gradient of an aggregation (`edge_adjoint`), and the GPU kernels: an edge
+  reduction, a heavy row's chunk partials (folded in chunk order) and an axis reduction
+  start from `identity_in(dtype)`, fold with the C statement `c_fold` and finish by
+  `divides`.
 
 Every kind gives 0 at a vertex (or graph) with no edges; `divides` kinds finish by
 dividing by the count of edges. Partial results (of edge pieces, ranks or row blocks)
@@ -76,7 +78,6 @@ class Combiner:
                   transform), its float32 sums may accumulate in float64
     divides       finishes by dividing by the count (of edges, or of reduced elements)
     partial       the kind partial results combine with (a mean's partials are sums)
-    not_rendered_by  the transformers whose code generators do not render this kind yet
     """
     name: str
     ufunc: np.ufunc
@@ -87,7 +88,6 @@ class Combiner:
     linear: bool = False
     divides: bool = False
     partial: str = None
-    not_rendered_by: tuple = ()
 
     def identity_in(self, dtype):
         """`identity` as a value of `dtype` (an integer's extremes for the infinities)."""
@@ -115,10 +115,7 @@ COMBINERS = {c.name: c for c in [
              "{acc} = ((({x} > {acc}) | ({x} != {x})) ? {x} : {acc});", _extreme_adjoint),
     Combiner("min", np.minimum, np.inf, "min",
              "{acc} = ((({x} < {acc}) | ({x} != {x})) ? {x} : {acc});", _extreme_adjoint),
-    # The GPU's edge reductions do not read c_fold yet (transformers/gpu/expressions.py
-    # EdgeReduction.identity and fold): until they do, it refuses a product clearly.
-    Combiner("prod", np.multiply, 1.0, "prod", "{acc} *= {x};", _prod_adjoint,
-             not_rendered_by=("gpu",)),
+    Combiner("prod", np.multiply, 1.0, "prod", "{acc} *= {x};", _prod_adjoint),
 ]}
 
 

@@ -41,6 +41,7 @@ class ElementWise(Op):
     """One output element from the same-index elements of the inputs (broadcast)."""
     elementwise = True
     broadcasts = True
+    fusion_role = "rows"
 
 
 class UnaryOp(ElementWise):

@@ -42,6 +42,8 @@ class Gather(GraphOp):
     block (graph.num_dst < num_nodes), x may hold just the num_dst destination rows."""
     kind = "edge"
     row_space = "e"
+    fusion_role = "edge"
+    inlinable = True
     attributes = (Attr("graph", printed=False), Attr("by", printed=False))
 
     def __init__(self, x, graph, by="src", name=None):
@@ -67,6 +69,7 @@ class Aggregate(GraphOp):
     """out[v] = reduce over edges e with dst[e] == v (at="dst") or src[e] == v (at="src").
     A vertex with no such edge gets 0 for every reduction, and a zero gradient."""
     row_space = "n"
+    fusion_role = "agg"
     attributes = (Attr("graph", printed=False), Attr("at"), Attr("reduce", printed=False))
 
     def __init__(self, x, graph, at="dst", reduce="sum", name=None):
@@ -113,6 +116,7 @@ class EdgeSoftmax(GraphOp):
     source with at="src"), computed stably: the per-vertex max is subtracted first."""
     kind = "edge"
     row_space = "e"
+    fusion_role = "softmax"
     attributes = (Attr("graph", printed=False), Attr("at"))
 
     def __init__(self, x, graph, at="dst", name=None):

@@ -12,6 +12,7 @@ class Reshape(LayoutOp):
     attributes = (Attr("shape", batching="shape"),)
     is_view = True
     across_rows = "reshapes across rows"
+    fusion_role = "rows"
 
     def __init__(self, x, shape, name=None):
         (x,) = as_ops(x)
@@ -65,6 +66,7 @@ class Broadcast(LayoutOp):
     attributes = (Attr("shape", batching="shape"),)
     is_view = True
     broadcasts = True
+    fusion_role = "rows"
 
     def __init__(self, x, shape, name=None):
         (x,) = as_ops(x)

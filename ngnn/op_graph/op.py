@@ -152,6 +152,16 @@ class Op:
                    have rows (`rows[k]`): what chunked execution may split by row blocks
       across_rows  what it does across rows where it is not row-local (for the message
                    that refuses to split it)
+      fusion_role  how it joins a fused group (ngnn/passes/fusion.py): "edge" (a gather),
+                   "agg" (an aggregation), "softmax" (an edge softmax), "rows" (a group
+                   computes it where its rows are: element-wise ops, reshapes, broadcasts,
+                   reductions within rows) or None (never in a group)
+      inlinable    a GPU kernel can compute it at any coordinate from its arguments at
+                   derived coordinates (element-wise ops, views, gathers, one-hots)
+      positional   each result element is one element of its argument, at a position
+                   computed from the element's own (views), perhaps times a function of
+                   that position alone (a dropout's mask): a GPU kernel computes it
+                   wherever it is read, however many read it
     """
     kind = None
     numpy = None
@@ -169,6 +179,15 @@ class Op:
     combiner = None
     row_space = None
     across_rows = None
+    fusion_role = None
+
+    @property
+    def inlinable(self):
+        return self.elementwise or self.is_view
+
+    @property
+    def positional(self):
+        return self.is_view
 
     def __init__(self, args=(), *, shape, dtype, name=None, scope=None):
         self._args = tuple(args)

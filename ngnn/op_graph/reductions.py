@@ -41,6 +41,10 @@ class Reduction(Op):
     def row_local(self, rows=()):
         return 0 not in self.axes
 
+    @property
+    def fusion_role(self):
+        return "rows" if self.row_local() else None      # reduces within each row
+
     def kept(self, t):
         """`t` (shaped like the result) with the reduced axes as size-1 axes."""
         from .layout import Reshape

@@ -29,6 +29,7 @@ class Dropout(ElementWise):
     and edge tensors by their global ids this way, so every rank draws exactly the mask one
     process draws for the same vertex or edge."""
     is_stateful = True
+    positional = True
     attributes = (Attr("rate"), Attr("seed"), Attr("rows"))
 
     def __init__(self, x, rate, seed=None, name=None, rows=None):
@@ -75,6 +76,7 @@ class OneHot(Op):
     """(N,) integer class ids -> (N, C) floats; an id outside [0, C) is an error at run time."""
     attributes = (Attr("num_classes"), Attr("dtype", printed=False))
     numpy_calls = ("np.equal",)      # the ids against each class (K.one_hot)
+    inlinable = True
 
     def __init__(self, labels, num_classes, dtype=np.float32, name=None):
         (labels,) = as_ops(labels)

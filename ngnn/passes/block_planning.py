@@ -30,7 +30,7 @@ sets `computation.block_plan`; it rewrites nothing.
 """
 import numpy as np
 
-from ..op_graph import Aggregate, Broadcast, Cast, EdgeSoftmax, Gather, Multiply, Sum
+from ..op_graph import Broadcast, Cast, Gather, Multiply, Sum
 from .base import GraphPass
 from .fusion import FusedGroup
 
@@ -87,7 +87,7 @@ class GroupBlocks:
         (parameters broadcast over rows, and the node tensors gathers pick from)."""
         if isinstance(user, Gather) or not arg.shape:
             return "all"
-        if isinstance(user, (Aggregate, EdgeSoftmax)) or user.scope == "e":
+        if user.fusion_role in ("agg", "softmax") or user.scope == "e":
             # An unscoped (E, ...) tensor of the user's rank broadcasts one row per edge.
             return "edges" if arg.shape[0] == self.E and \
                 (arg.scope == "e" or arg.ndim == user.ndim) else "all"
@@ -133,7 +133,7 @@ class GroupBlocks:
         # made for them; the product reads the node tensor all the same.
         products, skipped = {}, set()
         for agg in group.ops:
-            if not isinstance(agg, Aggregate) or not agg.combiner.linear:
+            if agg.fusion_role != "agg" or not agg.combiner.linear:
                 continue
             (msg,) = agg.args
             if gathered(msg) and private(msg):

@@ -15,8 +15,7 @@ the group members in `computation.steps` (the execution order) by the groups.
 """
 import heapq
 
-from ..op_graph import (Aggregate, Broadcast, EdgeSoftmax, ElementWise, Gather,
-                        Reduction, Reshape)
+from ..op_graph import Broadcast, Gather, Reshape
 from .base import GraphPass
 
 
@@ -46,18 +45,14 @@ class FusedGroup:
 
 
 def edge_role(op, graph_of):
-    """How `op` may take part in a group: "edge", "agg", "node" or None."""
-    if isinstance(op, Gather):
+    """How `op` may take part in a group: "edge", "agg", "softmax", "node" or None (a
+    graph op's own `fusion_role`; an op a group computes where its rows are by the rows
+    it has)."""
+    if op.fusion_role != "rows":
+        return op.fusion_role
+    if op.scope == "e" and op.shape and graph_of(op) is not None:
         return "edge"
-    if isinstance(op, (Aggregate,)):
-        return "agg"
-    if isinstance(op, EdgeSoftmax):
-        return "softmax"
-    row_wise = isinstance(op, (ElementWise, Reshape, Broadcast)) or \
-        isinstance(op, Reduction) and 0 not in op.axes      # reduces within each row
-    if op.scope == "e" and row_wise and op.shape and graph_of(op) is not None:
-        return "edge"
-    if op.scope == "n" and row_wise and op.shape:
+    if op.scope == "n" and op.shape:
         return "node"
     return None
 
@@ -235,7 +230,7 @@ def _compatible(group, graph, at, op, group_of, canonical):
     if group.graph is not None and graph is not None and group.graph is not graph:
         return False
     return not (at is not None and group.at is not None and at != group.at and
-                isinstance(op, (Aggregate, EdgeSoftmax)))
+                op.fusion_role in ("agg", "softmax"))
 
 
 def _reaches_through_outside(op, group, group_of, depends, canonical):
@@ -452,8 +447,7 @@ def _chain(op, owner, limit, graph, read_narrower, free=None):
         x = stack.pop()
         if x in chain:
             continue
-        if not (isinstance(x, (Gather, ElementWise, Reshape, Broadcast, Reduction)) and
-                x.scope == "e" and (not isinstance(x, Reduction) or 0 not in x.axes)) or \
+        if not (x.fusion_role in ("edge", "rows") and x.scope == "e") or \
                 x.size > op.size and not (free and free(x)):
             return None
         if isinstance(x, Gather) and x.graph is not graph:

@@ -23,32 +23,25 @@ The pass replaces the steps of the computation by `KernelGroup`s (and plain ops 
 kernels that inline nothing), so BufferSharing plans the buffers the kernels read and write,
 and the IR shows exactly the kernels that run.
 """
-from ..op_graph import (Aggregate, Assign, Broadcast, Communication, Constant, Dot, Dropout,
-                        ElementWise, Gather, OneHot, Placeholder, Reduction, Reshape, Slice,
-                        Transpose, Variable)
+from ..op_graph import Assign, Communication, Dot, OneHot, Reshape
 from .base import GraphPass
 from .fusion import FusedGroup
 from .softmax_by_log_sum_exp import OnlineSoftmax
 
-# Ops a kernel can evaluate at any coordinate, given their arguments at derived coordinates.
-INLINE_OPS = (ElementWise, Broadcast, Transpose, Slice, Reshape, Gather, OneHot)
-# Ops of one element of their argument each, computed from the element's position alone
-# (a dropout's mask is): inlined into every kernel reading them, however many, each reading
-# the argument in place of a stored copy that would be written and read again.
-PER_ELEMENT_OPS = (Broadcast, Transpose, Slice, Reshape, Dropout)
-LEAVES = (Placeholder, Variable, Constant)
 ROW_REDUCTION = 64
 
 
 def per_element(op):
-    """Whether `op` is one element of its argument each (PER_ELEMENT_OPS, or an
-    element-wise op of one value of its shape, with leaves: an activation such as ELU, read
-    by the next layer's product, its own gradient and the weight gradient; a product with
-    a weight). Each reader then reads that value in place of the op's, no more."""
-    if isinstance(op, PER_ELEMENT_OPS):
+    """Whether `op` is one element of its argument each (`positional`: a view or a dropout,
+    whose mask is computed from the element's position alone; or an element-wise op of one
+    value of its shape, with leaves: an activation such as ELU, read by the next layer's
+    product, its own gradient and the weight gradient; a product with a weight). Each
+    reader then reads that value in place of the op's (a stored copy that would be written
+    and read again), no more, so it is inlined into every kernel reading it."""
+    if op.positional:
         return True
-    values = [a for a in op.args if not isinstance(a, LEAVES)]
-    return isinstance(op, ElementWise) and len(values) == 1 and values[0].shape == op.shape
+    values = [a for a in op.args if not a.is_leaf]
+    return op.elementwise and len(values) == 1 and values[0].shape == op.shape
 
 
 def per_row(op, homes):
@@ -56,7 +49,7 @@ def per_row(op, homes):
     attention score, the dot product of its features with the attention vector) for graph
     kernels only: each computes it from the row it reads anyway, where a kernel of its own
     would read the rows once more and write the scores for every reader to read."""
-    if not (isinstance(op, Reduction) and 0 not in op.axes and op.args[0].ndim > 1):
+    if not (op.combiner is not None and op.row_local() and op.args[0].ndim > 1):
         return False
     count = 1
     for axis in op.axes:
@@ -155,7 +148,7 @@ def plan_kernels(steps, ops, results, inline=True):
             computed_by.setdefault(op, set()).add(kernel)
     views = set()
     for op in reversed(ops):
-        if op in kernel_of or op in recomputed or isinstance(op, LEAVES + (Assign,)):
+        if op in kernel_of or op in recomputed or op.is_leaf or isinstance(op, Assign):
             continue
         homes = set().union(*(computed_by.get(r, ()) for r in users[op]))
         if op.is_sparse:            # a sparse dropout: applied per value by every reader
@@ -169,7 +162,7 @@ def plan_kernels(steps, ops, results, inline=True):
         must_store = any(isinstance(r, (OneHot, Communication)) for r in users[op])
         epilogue = epilogue_home(op, users, kernel_of, results) if inline else None
         if inline and op not in results and (
-                isinstance(op, INLINE_OPS) and (len(homes) == 1 or per_element(op)) or
+                op.inlinable and (len(homes) == 1 or per_element(op)) or
                 per_row(op, homes)) and \
                 all(r in computed_by for r in users[op]) and not must_store:
             for home in homes:
@@ -187,7 +180,7 @@ def plan_kernels(steps, ops, results, inline=True):
             kernel_of[op] = KernelGroup([op], ())
             computed_by[op] = {kernel_of[op]}
     online = {op: match for g in groups if inline for op in g.ops
-              if isinstance(op, Aggregate) for match in [OnlineSoftmax.of(op)] if match}
+              if op.fusion_role == "agg" for match in [OnlineSoftmax.of(op)] if match}
     plan = KernelPlan([], views, online)
     for step in steps:
         if isinstance(step, FusedGroup):
@@ -223,7 +216,7 @@ def epilogue_home(op, users, kernel_of, results):
     chain = [reader] if reader is out else [reader, out]
     if len(chain) == 2 and users[reader] != [out]:
         return None
-    if not all(isinstance(x, ElementWise) and x.shape == op.shape for x in chain):
+    if not all(x.elementwise and x.shape == op.shape for x in chain):
         return None
     return home
 

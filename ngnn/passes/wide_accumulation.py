@@ -33,8 +33,8 @@ a walk that needs both loads each row once, as float32, and casts it in register
 """
 import numpy as np
 
-from ..op_graph import (Add, Aggregate, BatchNormApplySums, BatchNormStats, Cast,
-                        Communication, Constant, Divide, Dot, Gather, MasterBroadcast, Multiply,
+from ..op_graph import (Add, BatchNormApplySums, BatchNormStats, Cast, Communication,
+                        Constant, Divide, Dot, Gather, MasterBroadcast, Multiply,
                         Reshape, SparseTransposedDot, Sum, Transpose, ordered_ops)
 from .base import GraphPass
 
@@ -73,7 +73,8 @@ class WideAccumulation(GraphPass):
         if isinstance(op, SparseTransposedDot):
             x, d = op.args
             return self.round(SparseTransposedDot(x, wide(d), name=op.name))
-        if isinstance(op, Aggregate) and op.reduce in ("sum", "mean"):
+        if op.row_space is not None and op.combiner is not None and op.combiner.linear:
+            # an aggregation of a sum (or mean) of its messages
             return self.round(op.with_args([message(op.args[0])]))
         if type(op) is Sum and 0 in op.axes and op.args[0].shape[0] > 1:
             return self.round(op.with_args([wide(op.args[0])]))

@@ -14,8 +14,9 @@ import numpy as np
 from ngnn import philox
 from ngnn.naming import Namer, value_identifier
 from ngnn.op_graph import (Aggregate, Broadcast, Cast, Constant, Dropout, EdgeSoftmax,
-                           ElementWise, Gather, Max, Mean, Min, OneHot, Reduction, Reshape, Slice,
+                           ElementWise, Gather, OneHot, Reduction, Reshape, Slice,
                            Transpose)
+from ngnn.op_graph.combiners import COMBINERS
 from ngnn.op_graph.printer import IRNames, op_comment
 
 from .schedule import edge_schedule
@@ -626,25 +627,21 @@ class Block:
         acc = self.params.fresh("acc")
         self.params.note_dtype(op.dtype)
         comment = self.params.comment(op)
-        if isinstance(op, Max):     # Min subclasses Max
-            better = "<" if isinstance(op, Min) else ">"
-            self.emit(f"{t} {acc} = {extreme(op.dtype, largest=isinstance(op, Min))};  "
-                      f"{comment}")
-        else:
-            self.emit(f"{t} {acc} = {literal(0, op.dtype)};  {comment}")
+        combiner = op.combiner
+        self.emit(f"{t} {acc} = {literal(combiner.identity_in(op.dtype), op.dtype)};  "
+                  f"{comment}")
         body = self.child()
         body.counter = r
         value = converted((yield body.value_steps(x, x_coords)), x.dtype, op.dtype)
-        body.emit((f"{acc} = {keeps_nan(value, better, acc)};" if isinstance(op, Max)
-                   else f"{acc} += {value};") + f"  {comment}")
+        body.emit(f"{combiner.c_fold.format(acc=acc, x=value)}  {comment}")
         self.emit(f"for (int {r} = 0; {r} < {count}; ++{r}) {{")
         self.nest(body)
         self.emit("}")
-        if isinstance(op, Mean):
-            return self.declare(op.dtype, f"{acc} / {literal(max(count, 1), op.dtype)}",
-                                comment=comment)
-        if isinstance(op, Max) and not count:
+        if not count:       # every kind gives 0 over nothing, as NumPy's transformer does
             return literal(0, op.dtype)
+        if combiner.divides:
+            return self.declare(op.dtype, f"{acc} / {literal(count, op.dtype)}",
+                                comment=comment)
         return acc
 
     def edge_softmax_steps(self, op, coords):
@@ -694,8 +691,8 @@ class EdgeReduction:
     """A reduction over each vertex's edges, computed inline: `key` names it (one partial
     kernel per key), `edge_steps(body, eid, vertex, rest)` is the steps computing the
     edge's value inside a loop `body` over `vertex`'s edges, at feature coordinates `rest`
-    of `features`, in `edge_dtype` (by default `dtype`); sums, means, maxima and minima fold
-    in `dtype`."""
+    of `features`, in `edge_dtype` (by default `dtype`), folded in `dtype` by the rules of
+    its kind's row of the reduction table (start, fold, finish)."""
 
     def __init__(self, key, graph, at, reduce, dtype, features, edge_steps, edge_dtype=None):
         self.key, self.graph, self.at, self.reduce = key, graph, at, reduce
@@ -737,20 +734,22 @@ class EdgeReduction:
     def width(self):
         return self.size * self.parts
 
+    @property
+    def combiner(self):
+        """Its kind's row of the reduction table (ngnn/op_graph/combiners.py)."""
+        return COMBINERS[self.reduce]
+
     def identity(self):
-        if self.reduce in ("max", "min"):
-            return extreme(self.dtype, largest=self.reduce == "min")
-        return literal(0, self.dtype)
+        return literal(self.combiner.identity_in(self.dtype), self.dtype)
 
     def declare(self, acc):
         """C statements declaring the state `acc` of the reduction, empty."""
         return [f"{ctype(self.dtype)} {acc} = {self.identity()};"]
 
     def fold(self, acc, x):
-        """The C statement folding `x` into `acc` (NaN wins a max or min, as in NumPy)."""
-        if self.reduce in ("max", "min"):
-            return f"{acc} = {keeps_nan(x, '>' if self.reduce == 'max' else '<', acc)};"
-        return f"{acc} += {x};"
+        """The C statement folding `x` (an edge's value or a chunk's partial) into `acc`:
+        the table's `c_fold` (NaN wins a max or min, as in NumPy)."""
+        return self.combiner.c_fold.format(acc=acc, x=x)
 
     def partial(self, buffer, chunk, feature, part=0):
         offset = f" + {part * self.size}" if part else ""
@@ -770,7 +769,7 @@ class EdgeReduction:
 
     def result(self, acc, count):
         """The C value of a row with edges (`count` of them) from its state."""
-        return f"{acc} / {count}" if self.reduce == "mean" else acc
+        return f"{acc} / {count}" if self.combiner.divides else acc
 
 
 class OnlineSoftmaxSum(EdgeReduction):
@@ -778,7 +777,9 @@ class OnlineSoftmaxSum(EdgeReduction):
     edges: per feature the running max `acc_m` of the logits, the sum `acc_s` of exp(x -
     acc_m) and the weighted sum `acc` with the weights exp(x - acc_m), both rescaled when
     the max grows; the value is acc / max(acc_s, 1). A chunk's partial holds (m, s, acc)
-    per feature, folded with the same rescaling in chunk order."""
+    per feature, folded with the same rescaling in chunk order. Its start and a fold of a
+    weight read as stored are the table's sum (and max, for the running max); the
+    rescaling is its own."""
     parts = 3
 
     def __init__(self, match):
@@ -796,9 +797,10 @@ class OnlineSoftmaxSum(EdgeReduction):
 
     def declare(self, acc):
         t = ctype(self.dtype)
-        return [f"{t} {acc} = {literal(0, self.dtype)};",
-                f"{t} {acc}_m = {extreme(self.dtype, largest=False)};",
-                f"{t} {acc}_s = {literal(0, self.dtype)};"]
+        running_max = COMBINERS["max"].identity_in(self.dtype)
+        return [f"{t} {acc} = {self.identity()};",
+                f"{t} {acc}_m = {literal(running_max, self.dtype)};",
+                f"{t} {acc}_s = {self.identity()};"]
 
     def rescale(self, old, new):
         """exp(old - new), exactly 1 where the max did not move (-inf included)."""

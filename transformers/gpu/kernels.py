@@ -19,7 +19,7 @@ from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.naming import Namer, value_identifier
 from ngnn import philox
 from ngnn.op_graph import (Aggregate, Communication, Concat, Dot, EdgeSoftmax, LogSoftmax,
-                           MasterBroadcast, Max, Mean, Min, MirrorReduce, Op, ReadoutAllReduce,
+                           MasterBroadcast, MirrorReduce, Op, ReadoutAllReduce,
                            Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
 from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph.printer import IRNames, op_comment
@@ -27,7 +27,7 @@ from ngnn.op_graph.sparse import sparse_source
 from ngnn.passes import KernelGroup
 
 from .expressions import (Block, KernelParams, ReadAcrossWorkGroups, broadcast_coords,
-                          converted, ctype, evaluate, extreme, flat_index, keeps_nan, literal,
+                          converted, ctype, evaluate, extreme, flat_index, literal,
                           unravel)
 from .runtime import template_environment
 from .schedule import edge_schedule
@@ -570,20 +570,19 @@ class GPUKernelGenerator(TypeDispatched):
                   for i in range(x.ndim)]
         acc = ctype(op.dtype)
         value = converted(block.value(x, coords), x.dtype, op.dtype)
-        if isinstance(op, (Max, Min)):
-            # Min subclasses Max in the op-graph, so test for Min.
-            better = "<" if isinstance(op, Min) else ">"
-            init = extreme(op.dtype, largest=isinstance(op, Min))
-            combine = keeps_nan("{b}", better, "{a}")
-            final = "partial[0]" if count else literal(0, op.dtype)
+        combiner = op.combiner
+        if not count:       # every kind gives 0 over nothing, as NumPy's transformer does
+            final = literal(0, op.dtype)
+        elif combiner.divides:
+            final = f"partial[0] / {literal(count, op.dtype)}"
         else:
-            init, combine = literal(0, op.dtype), "{a} + {b}"
-            final = f"partial[0] / {literal(max(count, 1), op.dtype)}" \
-                if isinstance(op, Mean) else "partial[0]"
+            final = "partial[0]"
         local = pow2_at_most(count, WORK_GROUP)
-        fields = {"acc_type": acc, "local": local, "init": init, "count": count,
-                  "body": block.text(), "combine": combine.format(a="acc", b=value),
-                  "combine_tree": combine.format(a="partial[lid]", b="partial[lid + s]"),
+        fields = {"acc_type": acc, "local": local,
+                  "init": literal(combiner.identity_in(op.dtype), op.dtype), "count": count,
+                  "body": block.text(), "fold": combiner.c_fold.format(acc="acc", x=value),
+                  "fold_tree": combiner.c_fold.format(acc="partial[lid]",
+                                                      x="partial[lid + s]"),
                   "final": final}
         return self.kernel(op, "reduce.j2", fields, params, (op.size * local,), (local,))
 

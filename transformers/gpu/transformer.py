@@ -207,7 +207,7 @@ def kernel_roots(step):
     kernel by itself (anything but a leaf, a view or an assignment)."""
     if isinstance(step, KernelGroup):
         return step.outputs
-    if isinstance(step, (Placeholder, Variable, Constant, Assign, Reshape)):
+    if step.is_leaf or isinstance(step, (Assign, Reshape)):
         return []
     return [step]
 

@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
+from ngnn.op_graph import Dropout, EdgeSoftmax, Gather
 from ngnn.op_graph.printer import IRNames, op_comment
 from ngnn.passes.block_planning import heads_of
 
@@ -133,7 +133,7 @@ class FusedGroupWriter:
         # is one statement below them.
         body[:0] = ["        " + s for s in self.block_views]
         for op in group.outputs:
-            if not (isinstance(op, Aggregate) and op.at == end):
+            if not (op.fusion_role == "agg" and op.at == end):
                 body.append(f"        {self.stored_rows(op)} = {local[op]}")
         lines.append(f"    for v0, v1, p0, p1 in K.blocks({g}, {end!r}, "
                      f"{self.blocks.block_edges}):")
@@ -237,7 +237,7 @@ class FusedGroupWriter:
             # mode="clip" takes without checking again: the graph checked its ids.
             return [f"{name} = np.take({args[0]}, {index}, axis=0, "
                     f"out={self.scratch_rows(op, name)}, mode='clip')"]
-        if isinstance(op, Aggregate):
+        if op.fusion_role == "agg":
             target = f"{self.names[op]}[v0:v1]" if op in self.group.outputs else \
                 self.scratch_rows(op, name)
             if op in self.products:
