@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import ngnn as ng
 from ngnn import nn
 from ngnn import transformers as ngt
-from ngnn.op_graph import Aggregate, Divide, Dropout, EdgeSoftmax, Exp, Gather
+from ngnn.op_graph import Aggregate, Dropout, EdgeSoftmax, Exp, Gather
 
 
 def random_graph(rng, n=40, e=200, isolated=5):
@@ -174,7 +174,7 @@ def test_gat_forward_prints_one_fused_group_after_the_dense_transform():
     main, body = ir.split("\n\n")
     assert "dot(" in main and "gather" not in main and "agg::" not in main
     (total,) = re.findall(r"(%\d+) : n::\S+ = agg::sum", body)[:1]
-    assert re.search(rf"edge::gather_dst\(%\d+\)", body.split(total + " : ")[1])
+    assert re.search(r"edge::gather_dst\(%\d+\)", body.split(total + " : ")[1])
     assert "# materialized" not in ir and "# recomputed" not in ir
     assert comp.ir_after("Fusion") == ir
 

@@ -415,7 +415,6 @@ def communication(op, device, topology, rank):
             share * moved / link.allreduce_bandwidth
         return Cost(seconds, 0, 2 * moved, share * moved, kind="comm", calls=3)
     local = op.local_graph if isinstance(op, MasterBroadcast) else op.graph
-    exchange = local.exchange
     row = row_elements(op) * np.dtype(op.dtype).itemsize
     width = row / 4
     mirrors, masters = exchange_rows(local, op.at)

@@ -16,7 +16,7 @@ from collections import namedtuple
 import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
-from ngnn.naming import Namer, value_identifier
+from ngnn.naming import Namer
 from ngnn import philox
 from ngnn.op_graph import (Aggregate, Communication, Concat, Dot, EdgeSoftmax, LogSoftmax,
                            MasterBroadcast, MirrorReduce, Op, ReadoutAllReduce,
@@ -469,7 +469,6 @@ class GPUKernelGenerator(TypeDispatched):
         block.reducing = (reduction, "acc")
         value = evaluate(reduction.edge_steps(block, "eid", "vertex",
                                               unravel("f", reduction.features)))
-        t = ctype(reduction.dtype)
         params.note_dtype(reduction.dtype)
         text = hoisted.text() + block.text() + value
         eids = self.csr(params, reduction.graph, reduction.at, "eids") \
