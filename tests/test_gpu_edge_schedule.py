@@ -97,11 +97,12 @@ def weighted_loss(values):
     return total
 
 
-def assert_equal_to_numpy_and_repeatable(gpu, results, params, values, rtol, calls=3):
+def assert_equal_to_numpy_and_repeatable(gpu, results, params, values, rtol, calls=3,
+                                         **numpy_options):
     """Each of `calls` calls equals NumPy's call of the same number (dropout masks follow
     the call number), and a second computation of the same results repeats every call
     bit for bit."""
-    reference = ngt.make_transformer("numpy").computation(results, *params)
+    reference = ngt.make_transformer("numpy", **numpy_options).computation(results, *params)
     comp, again = (gpu.computation(results, *params) for _ in range(2))
     for call in range(calls):
         expected, first, second = reference(*values), comp(*values), again(*values)
