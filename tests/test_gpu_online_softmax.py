@@ -12,16 +12,10 @@ from ngnn import nn
 from ngnn import transformers as ngt
 from ngnn.op_graph import ordered_ops
 
-from test_gpu_edge_schedule import (HUB, assert_equal_to_numpy_and_repeatable, rmat,
-                                    seed_gat, star, weighted_loss)
+from test_gpu_edge_schedule import (HUB, assert_equal_to_numpy_and_repeatable,  # noqa: F401
+                                    gpu, rmat, seed_gat, star, weighted_loss)
 
 rng = np.random.default_rng(7)
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    with ngt.make_transformer("gpu", runtime="opencl") as t:
-        yield t
 
 
 def gat(dtype):

@@ -521,9 +521,14 @@ class Transformer:
         self.compilations = 0          # programs generated so far (init computations too)
         self.closed = False
 
+    def decomposes(self):
+        """Does this transformer run ops that have a `decomposition()` (batch norm's) as
+        the ops they are made of, having no kernels of its own for them?"""
+        return False
+
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
-        from ngnn.passes import (AggregateTransformOrder, CSE, EdgeSumsByVertex,
+        from ngnn.passes import (AggregateTransformOrder, CSE, Decompose, EdgeSumsByVertex,
                                  OperationBatching, RecomputeDropout, SimplePrune,
                                  SoftmaxByLogSumExp, WideAccumulation)
         from .numpy.evaluate import evaluate
@@ -539,7 +544,10 @@ class Transformer:
         recompute = [RecomputeDropout()] if self.recompute else []
         # Numerics, not optimization: last, once every rewrite has found the ops it matches.
         widen = [WideAccumulation()] if self.wide_accumulation else []
-        return [OperationBatching()] + rewrites + recompute + self.user_passes + widen
+        # Right after lowering: the rewriting passes then see the ops a decomposition makes.
+        decompose = [Decompose()] if self.decomposes() else []
+        return [OperationBatching()] + decompose + rewrites + recompute + self.user_passes + \
+            widen
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""

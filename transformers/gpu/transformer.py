@@ -19,8 +19,8 @@ import numpy as np
 import scipy.sparse
 
 from ngnn.op_graph import Assign, Constant, OneHot, Placeholder, Reshape, Variable
-from ngnn.passes import (BufferSharing, Decompose, FactorProducts, KernelGroup,
-                         KernelPlanning, SplitContractions, UnshareBroadcasts)
+from ngnn.passes import (BufferSharing, FactorProducts, KernelGroup, KernelPlanning,
+                         SplitContractions, UnshareBroadcasts)
 
 from ..base import (Computation, DeviceBufferStorage, DeviceTensor, Resident, Transformer,
                     buffer_holding)
@@ -509,12 +509,12 @@ class GPUTransformer(Transformer):
         # gradient as one product over the summed gradients, not two over every vertex: a
         # GPU is bound by the bytes a product reads.
         split = self.optimize and not self.debug_nans and self.memory_budget is None
-        # Ops without kernels here (batch norm's) become element-wise ops and reductions
-        # before anything else runs: the rewriting passes then see those.
-        passes = super().graph_passes()
-        passes.insert(1, Decompose())
-        return passes + ([FactorProducts(), UnshareBroadcasts()] if self.optimize else []) + \
+        return super().graph_passes() + \
+            ([FactorProducts(), UnshareBroadcasts()] if self.optimize else []) + \
             ([SplitContractions(tile=GEMM_TILE)] if split else [])
+
+    def decomposes(self):
+        return True       # no kernels of batch norm's own: element-wise ops and reductions
 
     def inplace_ok(self, op):
         return False      # kernel arguments are declared restrict: never out and in at once

@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from ngnn.naming import sanitize, value_identifier
-from ngnn.passes import Decompose, FusedGroup, ZeroRowProducts
+from ngnn.passes import FusedGroup, ZeroRowProducts
 from ngnn.op_graph.printer import op_comment
 from ngnn.op_graph import Assign, Constant, Placeholder, Variable
 from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
@@ -88,17 +88,16 @@ class NumPyTransformer(Transformer):
     def is_view(self, op):
         return op.is_view
 
+    def decomposes(self):
+        # Chunked programs split rows; batch norm's kernels need every row at once, so
+        # under a budget it runs as the row-wise ops and column sums it is made of.
+        return self.memory_budget is not None or self.chunks is not None
+
     def graph_passes(self):
-        passes = super().graph_passes()
-        if self.memory_budget is not None or self.chunks is not None:
-            # Chunked programs split rows; batch norm's kernels need every row at once, so
-            # under a budget it runs as the row-wise ops and column sums it is made of.
-            passes.insert(1, Decompose())
-        elif self.optimize:
-            # Last: products skip the rows batch norm zeroed (a slot's padding). Not under
-            # a memory budget, whose chunked programs split the products' rows themselves.
-            passes.append(ZeroRowProducts())
-        return passes
+        # Last: products skip the rows batch norm zeroed (a slot's padding). Not under a
+        # memory budget, whose chunked programs split the products' rows themselves.
+        plain = self.optimize and not self.decomposes()
+        return super().graph_passes() + ([ZeroRowProducts()] if plain else [])
 
     def allocate_variable(self, variable):
         storage = NumPyDeviceBufferStorage(self, variable.nbytes, variable.name)
