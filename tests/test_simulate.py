@@ -136,12 +136,12 @@ def test_all_reduce_follows_the_alpha_beta_model():
         rank, size = 0, 2
     x = Placeholder((1000,), np.float32)
     device = topology().device()
-    cost = simulate.cost.communication(AllReduce(x, Ranks()), device, topology(), 0)
+    cost = simulate.cost.work(AllReduce(x, Ranks()), device, topology(), 0)
     link = topology().link()
     assert cost.comm_bytes == 4000
     assert cost.seconds == pytest.approx(link.allreduce_latency + 4000 / link.allreduce_bandwidth)
     Ranks.size = 1
-    assert simulate.cost.communication(AllReduce(x, Ranks()), device, topology(), 0).seconds == 0
+    assert simulate.cost.work(AllReduce(x, Ranks()), device, topology(), 0).seconds == 0
 
 
 def test_curves_interpolate_between_measured_points():

@@ -21,6 +21,7 @@ no pass folds or merges them away.
 """
 from .combiners import combiner_of
 from .op import Attr, Op, as_ops
+from .work import Work, nbytes
 
 
 def partial_combiner(reduce, what):
@@ -70,6 +71,10 @@ class MirrorReduce(Communication):
     def combiner(self):
         return combiner_of(self.reduce)
 
+    # Mirrors' rows sent to their masters and combined there (priced by the rows each
+    # peer exchanges: ngnn.simulate.cost.communication).
+    work = (Work("mirror_reduce"),)
+
     def attrs(self):
         at = {} if self.at is None else {"at": self.at}
         return {"graph": self.graph, "reduce": self.reduce, **at,
@@ -104,6 +109,8 @@ class MasterBroadcast(Communication):
     def local_graph(self):
         return self.graph if self.at is None else self.graph.local
 
+    work = (Work("master_broadcast"),)       # masters' rows sent to their mirrors
+
     def attrs(self):
         at = {} if self.at is None else {"at": self.at}
         return {"graph": self.graph, **at, **self.graph.exchange.describe("broadcast")}
@@ -119,6 +126,10 @@ class AllReduce(Communication):
     def __init__(self, x, exchange, name=None):
         self.exchange = exchange
         super().__init__(x, name=name)
+
+    @property
+    def work(self):
+        return (Work("all_reduce", moved=nbytes(self)),)
 
     def attrs(self):
         return self.exchange.describe("allreduce")

@@ -11,6 +11,7 @@ import numpy as np
 
 from .combiners import combiner_of
 from .op import Attr, Constant, Op, ShapeError, as_ops
+from .work import Work, elements, nbytes, row_elements, row_width
 
 ENDS = ("src", "dst")
 
@@ -59,6 +60,11 @@ class Gather(GraphOp):
     def op_name(self):
         return f"gather_{self.by}"
 
+    @property
+    def work(self):
+        """np.take of x's rows by the edges' ends."""
+        return (Work("take", self.graph.num_edges, row_width(self), self.args[0].shape[0]),)
+
     def adjoints(self, delta):
         total = Aggregate(delta, self.graph, at=self.by, reduce="sum")
         rows = self.args[0].shape[0]
@@ -95,6 +101,17 @@ class Aggregate(GraphOp):
         """Its row of the reduction table: start, combine, finish, gradient."""
         return combiner_of(self.reduce)
 
+    @property
+    def work(self):
+        """A linear kind: the incidence matrix (N, E) @ x, x's rows in edge order, and a
+        pass over the result; the others: x's rows taken into CSR order, then a segment
+        reduction (K.aggregate)."""
+        edges, width = self.graph.num_edges, row_width(self)
+        if self.combiner.linear:
+            return (Work("spmm", edges, width, edges),
+                    Work("pass", elements(self), moved=2 * nbytes(self)))
+        return (Work("edge_take", edges, width, edges), Work("segment", edges, width))
+
     def degree_scale(self):
         """1 / max(degree, 1) shaped to broadcast over the result."""
         trailing = (1,) * (self.ndim - 1)
@@ -127,6 +144,17 @@ class EdgeSoftmax(GraphOp):
         super().__init__([x], graph, shape=x.shape,
                          dtype=x.dtype if x.dtype.kind == "f" else np.float32, scope="e",
                          name=name)
+
+    @property
+    def work(self):
+        """K.edge_softmax: a segment max, a gather of it, subtract and exp, a float64 sum
+        (an incidence product), a gather of it, a divide."""
+        edges, nodes, width = self.graph.num_edges, self.graph.num_nodes, row_width(self)
+        element = edges * row_elements(self)
+        return (Work("edge_take", edges, width, edges), Work("segment", edges, width),
+                Work("take", edges, width, nodes), Work("spmm", edges, 2 * width, edges),
+                Work("take", edges, 2 * width, nodes),
+                Work("pass", element, moved=6 * element * 4, calls=4, transcendental=element))
 
     def adjoints(self, delta):
         total = Aggregate(delta * self, self.graph, at=self.at, reduce="sum")

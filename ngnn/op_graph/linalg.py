@@ -2,6 +2,7 @@
 import numpy as np
 
 from .op import Attr, Op, ShapeError, as_ops
+from .work import Work, elements, nbytes
 
 
 class Dot(Op):
@@ -32,6 +33,10 @@ class Dot(Op):
 
     numpy = "np.matmul({x}, {y}, out={out})"
 
+    @property
+    def work(self):
+        return blas_product(self)
+
     def row_local(self, rows=(True, True)):
         """rows @ W, W without rows: row i of the result reads row i of a matrix."""
         return not rows[1] and self.args[0].ndim == 2
@@ -48,6 +53,23 @@ class Dot(Op):
         da = unbroadcast(Dot(d2, swap_last(b2)), a2.shape)
         db = unbroadcast(Dot(swap_last(a2), d2), b2.shape)
         return [reshape_to(da, a.shape), reshape_to(db, b.shape)]
+
+
+def blas_product(op):
+    """A BLAS product's work: its flops and bytes, and for a 2-D product the calibrated
+    curve of its narrow sizes: (rows, inner) @ (inner, outer) per row ("matmul"), or, with
+    fewer rows than inner, the weight gradient's (inner, rows) @ (rows, outer) per row of
+    the long axis ("matmul_t")."""
+    a, b = op.args[:2]
+    inner = a.shape[-1] if a.ndim else 1
+    flops = 2 * elements(op) * inner
+    moved = nbytes(a) + nbytes(b) + nbytes(op)
+    if a.ndim == b.ndim == 2:
+        (m, k), n = a.shape, b.shape[1]
+        if m >= k:
+            return (Work("matmul", m, n, k, moved, flops),)
+        return (Work("matmul_t", k, n, m, moved, flops),)
+    return (Work("matmul", moved=moved, flops=flops),)
 
 
 def swap_last(x):
@@ -79,6 +101,11 @@ class ZeroRowDot(Op):
         from .elementwise import result_dtype
         super().__init__([a, b, live], shape=(a.shape[0], b.shape[1]),
                          dtype=result_dtype("dot", a, b), name=name)
+
+    @property
+    def work(self):
+        """Priced whole: its live rows are known only at run time."""
+        return blas_product(self)
 
     def adjoints(self, delta):
         a, b, _ = self.args

@@ -137,6 +137,9 @@ class Op:
       numpy_calls  the NumPy functions its NumPy statement calls, each a pass over its
                 elements: the simulator's price of an element-wise op (each at its
                 calibrated cost per element; ngnn/simulate/cost.py).
+      work      the other ops' price: a tuple of `Work` (ngnn/op_graph/work.py), the
+                calibrated kernels its NumPy statement runs, with their items, row width,
+                table and bytes; () for an element-wise op (priced by `numpy_calls`).
 
     Traits, what passes and transformers ask an op instead of testing its class
     (docs/adding_an_op.md has the table):
@@ -166,6 +169,7 @@ class Op:
     kind = None
     numpy = None
     numpy_calls = ()
+    work = ()
     c = None
     is_stateful = False   # never folded or merged (random masks, assignments)
     attributes = ()       # Attr declarations: identity (CSE), rebuilding and printing

@@ -3,6 +3,7 @@ import numpy as np
 
 from .combiners import COMBINERS
 from .op import Attr, Op, ShapeError, as_ops
+from .work import Work, elements, nbytes
 
 
 def normalize_axes(op_name, axis, ndim):
@@ -78,6 +79,19 @@ class Sum(Reduction):
             out = f"{{out}}.reshape({{out}}.shape[:{len(kept)}])"
         return f"np.einsum('{letters}->{kept}', {{x}}, out={out})"
 
+    @property
+    def work(self):
+        """Sums along rows (trailing axes) or down columns, each a calibrated kernel; a
+        whole tensor's sum is element-wise work."""
+        x = self.args[0]
+        if not (self.axes and x.ndim):
+            return ()
+        reduced = int(np.prod([x.shape[a] for a in self.axes], dtype=np.int64))
+        others = elements(x) // max(reduced, 1)
+        if self.axes == tuple(range(x.ndim - len(self.axes), x.ndim)):
+            return (Work("row_sum", others, reduced, moved=nbytes(x)),)
+        return (Work("column_sum", reduced, others, moved=nbytes(x)),)
+
     def adjoints(self, delta):
         return [self.spread(delta)]
 
@@ -118,6 +132,14 @@ class Softmax(Op):
         (self.axis,) = normalize_axes(type(self).__name__.lower(), axis, x.ndim)
         super().__init__([x], shape=x.shape,
                          dtype=x.dtype if x.dtype.kind == "f" else np.float32, name=name)
+
+    @property
+    def work(self):
+        """K.log_softmax over the rows along its axis (a softmax: the same passes)."""
+        if not self.ndim:
+            return (Work("log_softmax", 1, 1, moved=2 * nbytes(self)),)
+        row = self.shape[self.axis]
+        return (Work("log_softmax", elements(self) // max(row, 1), row, moved=2 * nbytes(self)),)
 
     def adjoints(self, delta):
         total = Sum(delta * self, axis=self.axis, keepdims=True)

@@ -9,6 +9,7 @@ import numpy as np
 
 from .op import Attr, Op, ShapeError, as_ops
 from .training_ops import dropout_seed
+from .work import Work, elements, nbytes
 
 
 def _sparse_matrix(op_name, x):
@@ -33,9 +34,24 @@ class SparseDot(Op):
         super().__init__([x, w], shape=(x.shape[0], w.shape[1]),
                          dtype=result_dtype("dot", x, w), name=name)
 
+    @property
+    def work(self):
+        return csr_product(self)
+
     def adjoints(self, delta):
         x, _ = self.args
         return [None, SparseTransposedDot(x, delta)]
+
+
+def csr_product(op):
+    """A CSR product's work at full density: the plan does not know how many of the
+    sparse operand's entries are non-zero, so this bounds it from above (multiply-adds;
+    the dense operand, the result and a column index and a value an entry)."""
+    x, d = op.args
+    stored = elements(x)
+    macs = stored * op.shape[-1]
+    return (Work("csr_product", macs, moved=nbytes(d) + nbytes(op) + stored * 8,
+                 flops=2 * macs),)
 
 
 class SparseTransposedDot(Op):
@@ -49,6 +65,10 @@ class SparseTransposedDot(Op):
         if d.is_sparse or d.shape[:1] != x.shape[:1] or d.ndim != 2:
             raise ShapeError(f"sparse x^T @ d: d must be dense ({x.shape[0]}, H), got {d}")
         super().__init__([x, d], shape=(x.shape[1], d.shape[1]), dtype=d.dtype, name=name)
+
+    @property
+    def work(self):
+        return csr_product(self)
 
     def adjoints(self, delta):
         x, _ = self.args
@@ -72,6 +92,11 @@ class SparseDropout(Op):
         self.rate = float(rate)
         self.seed = dropout_seed(seed)
         super().__init__([x], shape=x.shape, dtype=x.dtype, name=name)
+
+    @property
+    def work(self):
+        """A draw and a scale per stored value, bounded by the dense size."""
+        return (Work("dropout", elements(self), moved=2 * nbytes(self)),)
 
     def adjoints(self, delta):
         return [None]

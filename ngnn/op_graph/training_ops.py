@@ -5,6 +5,7 @@ from ngnn.random import keys, next_seed
 
 from .elementwise import ElementWise
 from .op import Attr, Op, ShapeError, Variable, as_ops, ordered_ops
+from .work import Work, elements, nbytes
 
 
 def dropout_seed(seed):
@@ -42,6 +43,13 @@ class Dropout(ElementWise):
         self.rate = float(rate)
         self.seed = dropout_seed(seed)
         super().__init__([x], shape=x.shape, dtype=x.dtype, name=name)
+
+    @property
+    def work(self):
+        """A random draw and a masked scale per element; keyed by ids, the keep bits as
+        `kernels.dropout_keep_rows` draws them, then the scale."""
+        kernel = "dropout" if self.rows is None else "keyed_dropout"
+        return (Work(kernel, elements(self), moved=2 * nbytes(self)),)
 
     def adjoints(self, delta):
         return [Dropout(delta, self.rate, seed=self.seed, rows=self.rows)]
@@ -118,6 +126,11 @@ class Assign(Op):
                          name=name)
 
     kind = "prim"
+
+    @property
+    def work(self):
+        """A copy of the value into the variable."""
+        return (Work("pass", 0, moved=2 * nbytes(self.args[-1])),)
 
     def adjoints(self, delta):
         raise ValueError("assign has no gradient: take gradients of the values, not of the "

@@ -677,7 +677,7 @@ def call_overhead(repeats, length=200):
     (so the call's own fixed cost is spread over them)."""
     import ngnn as ng
     from ngnn import transformers as ngt
-    from .cost import LEAVES
+    from ..passes.buffer_sharing import is_group
     transformer = ngt.make_transformer("numpy")
     try:
         x = ng.placeholder((4,), np.float32)
@@ -686,7 +686,7 @@ def call_overhead(repeats, length=200):
             y = ng.exp(-y) if i % 2 else y * 0.5
         comp = transformer.computation(y, x)
         comp.transform()
-        steps = sum(1 for step in comp.steps if not isinstance(step, LEAVES))
+        steps = sum(1 for step in comp.steps if is_group(step) or not step.is_leaf)
         feed = np.ones(4, np.float32)
         return _best(lambda: comp(feed), repeats) / steps
     finally:

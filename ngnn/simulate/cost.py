@@ -2,16 +2,19 @@
 on one device, in seconds, with the work and the bytes it was priced from.
 
 A step is priced as the statements the transformer runs for it, each at the calibrated
-rate of its primitive, plus the device's overhead per statement:
+rate of its primitive, plus the device's overhead per statement. Each op declares its
+work (`Op.work`, ngnn/op_graph/work.py: the kernels its statement runs, with their items,
+row widths, tables and bytes), which `RULES` prices:
 
-* dense ops: a roofline, max(flops / throughput, bytes / bandwidth); an element-wise op
-  pays one pass over its operands per NumPy function it declares (`Op.numpy_calls`), each
-  at its calibrated cost per element, and exp-like functions their per-element rate; a
-  dropout a random draw per element;
-* graph ops, by the primitives the NumPy transformer lowers them to, each a calibrated
-  curve over the row width and the size of the table read (`Curve`): `np.take` of rows
-  (gathers), a CSR product over random columns (sum and mean aggregations), segment
-  reductions (max and min), fancy row indexing, row and column sums, log-softmax;
+* an element-wise op (no declared work) pays one pass over its operands per NumPy
+  function it declares (`Op.numpy_calls`), each at its calibrated cost per element, and
+  exp-like functions their per-element rate;
+* graph primitives ("take", "spmm", "edge_take", "segment", "row_sum", "log_softmax"...),
+  each at its calibrated curve over the row width and the size of the table read
+  (`Curve`), else at the device's scalar rates; element-wise passes ("pass") at the
+  memory bandwidth; BLAS products ("matmul") by a roofline, max(flops / throughput,
+  bytes / bandwidth), and their calibrated curve; CSR products; dropouts a random draw
+  per element;
 * a NumPy fused group by its block plan (ngnn.passes.block_planning, numpy_plan): the
   masks and per-head copies made once per call, then per block of vertices the block's
   bookkeeping (edge ids, segment ids) and each member's work on the block's rows, where
@@ -22,16 +25,16 @@ rate of its primitive, plus the device's overhead per statement:
 A device without curves (the GPU presets) prices graph primitives by its scalar rates,
 and a kernel group (GPU transformer) as its members' work in one call.
 """
+import functools
+import operator
+
 import numpy as np
 
-from ..op_graph import (Aggregate, AllReduce, Assign, Broadcast, Constant, Dot, Dropout,
-                        EdgeSoftmax, Gather, LogSoftmax, MasterBroadcast, MirrorReduce,
-                        Placeholder, Softmax, SparseDot, SparseDropout, SparseTransposedDot, Sum,
-                        Variable, ZeroRowDot)
+from ..op_graph import Broadcast
+from ..op_graph.work import elements as size, nbytes, row_elements
 from ..passes.buffer_sharing import is_group
 from ..op_graph.combiners import COMBINERS
 
-LEAVES = (Placeholder, Variable, Constant)
 # NumPy functions priced by the device's transcendental rate where no curve says otherwise.
 TRANSCENDENTAL = ("np.exp", "np.log", "np.expm1", "np.tanh", "scipy.special.expit",
                   "np.power", "np.sqrt", "np.logaddexp")
@@ -53,24 +56,6 @@ class Cost:
         return Cost(self.seconds + other.seconds, self.flops + other.flops,
                     self.bytes + other.bytes, self.comm_bytes + other.comm_bytes,
                     self.kind if len(kinds) == 1 else "fused", self.calls + other.calls)
-
-
-def size(op):
-    return int(np.prod(op.shape, dtype=np.int64))
-
-
-def nbytes(op):
-    return size(op) * np.dtype(op.dtype).itemsize
-
-
-def row_elements(op):
-    """Elements per row of a node or edge tensor (features times heads)."""
-    return int(np.prod(op.shape[1:], dtype=np.int64))
-
-
-def row_width(op):
-    """A row's width in float32s, the unit the curves were measured in."""
-    return row_elements(op) * np.dtype(op.dtype).itemsize / 4
 
 
 # ---- primitives ----------------------------------------------------------------------------
@@ -164,39 +149,21 @@ def step_cost(step, device, topology, rank=0, views=(), plan=None):
 
 
 def work(op, device, topology, rank=0, views=(), plan=None, per_call=None):
-    """The cost of the work of one op, without the call overheads. `plan`: the NumPy
-    transformer's view of the computation (`NumPyPlan`), whose kernels it prices;
-    `per_call`: the rows one call of an element-wise op runs over (a fused block's)."""
+    """The cost of the work of one op, without the call overheads: its declared work
+    (`op.work`), each kernel by its rule (`RULES`, else a calibrated primitive); an op
+    declaring none, as element-wise. `plan`: the NumPy transformer's view of the
+    computation (`NumPyPlan`), whose kernels it prices; `per_call`: the rows one call of
+    an element-wise op runs over (a fused block's)."""
     if op.is_leaf:
         return Cost(kind="view", calls=0)
     if op in views:                          # one statement binding a view
         return Cost(kind="view")
-    if isinstance(op, (MirrorReduce, MasterBroadcast, AllReduce)):
-        return communication(op, device, topology, rank)
-    if isinstance(op, (Gather, Aggregate, EdgeSoftmax)):
-        return graph_work(op, device)
-    if isinstance(op, (SparseDot, SparseTransposedDot)):
-        return sparse_product(op, device)
-    if isinstance(op, (Dot, ZeroRowDot)):
-        return dense_product(op, device)
-    if isinstance(op, (Dropout, SparseDropout)):
-        return dropout(op, device, plan.masks if plan is not None else None)
-    if isinstance(op, (LogSoftmax, Softmax)):
-        rows = size(op) // max(op.shape[op.axis], 1) if op.ndim else 1
-        return primitive(device, "log_softmax", rows, op.shape[op.axis] if op.ndim else 1,
-                         moved=2 * nbytes(op))
-    if isinstance(op, Sum) and op.axes and op.args[0].ndim:
-        x = op.args[0]
-        reduced = int(np.prod([x.shape[a] for a in op.axes], dtype=np.int64))
-        if op.axes == tuple(range(x.ndim - len(op.axes), x.ndim)):
-            return primitive(device, "row_sum", size(x) // max(reduced, 1), reduced,
-                             moved=nbytes(x))
-        return primitive(device, "column_sum", reduced, size(x) // max(reduced, 1),
-                         moved=nbytes(x))
-    if isinstance(op, Assign):
-        moved = 2 * nbytes(op.args[-1])
-        return Cost(moved / device.memory_bandwidth, 0, moved)
-    return elementwise(op, device, per_call=per_call)
+    if not op.work:
+        return elementwise(op, device, per_call=per_call)
+    priced = (RULES[w.kernel](op, w, device, topology, rank, plan) if w.kernel in RULES
+              else primitive(device, w.kernel, w.items, w.width, w.table, w.calls, w.moved)
+              for w in op.work)
+    return functools.reduce(operator.add, priced)
 
 
 def elementwise(op, device, rows=None, per_call=None):
@@ -259,37 +226,33 @@ def mixed_dtypes(op):
     return any(arg.dtype != op.dtype and size(arg) > 1 for arg in op.args)
 
 
-def dense_product(op, device):
-    """A roofline; for the 2-D products of a layer, at least the calibrated cost of BLAS at
-    its narrow sizes: (rows, inner) @ (inner, outer) per row, or the weight gradient
-    (inner, rows) @ (rows, outer) per row of the long axis. A ZeroRowDot is priced whole:
-    its live rows are known only at run time."""
-    a, b = op.args[:2]
-    inner = a.shape[-1] if a.ndim else 1
-    flops = 2 * size(op) * inner
-    moved = nbytes(a) + nbytes(b) + nbytes(op)
-    seconds = max(flops / device.flops, moved / device.memory_bandwidth)
-    if a.ndim == b.ndim == 2 and "matmul" in device.curves:
-        (m, k), n = a.shape, b.shape[1]
-        if m >= k:
-            seconds = max(seconds, m * device.curves["matmul"](n, k))
-        else:
-            seconds = max(seconds, k * device.curves["matmul_t"](n, m))
-    return Cost(seconds, flops, moved, kind="product")
+def blas_product(device, work):
+    """A roofline; for the 2-D products of a layer (`work.table` its narrow inner size),
+    at least the calibrated cost of BLAS at its narrow sizes per row of its long axis
+    (`work.kernel`'s curve: "matmul", or "matmul_t" for a weight gradient)."""
+    seconds = max(work.flops / device.flops, work.moved / device.memory_bandwidth)
+    if work.table is not None and "matmul" in device.curves:
+        seconds = max(seconds, work.items * device.curves[work.kernel](work.width, work.table))
+    return Cost(seconds, work.flops, work.moved, kind="product")
 
 
 def dropout(op, device, masks=None):
     """A random draw and a masked scale per element (per stored value of a sparse tensor,
-    bounded by its dense size); a dropout keyed by ids (`rows`, a rank's global ids) as
-    `kernels.dropout_rows` draws it: its keep bits (`keep_bits`), then the scale."""
-    draws = size(op)
-    moved = 2 * nbytes(op)
-    if isinstance(op, Dropout) and op.rows is not None and masks is not None:
-        cost = keep_bits(device, op, masks) + apply_keep(device, draws)
+    bounded by its dense size); a dropout keyed by ids ("keyed_dropout": `rows`, a rank's
+    global ids) as `kernels.dropout_rows` draws it: its keep bits (`keep_bits`), then the
+    scale."""
+    (declared,) = op.work
+    if declared.kernel == "keyed_dropout" and masks is not None:
+        cost = keep_bits(device, op, masks) + apply_keep(device, declared.items)
         cost.calls = 1
         return cost
     # The calibrated rate is a whole dropout's (philox.dropout: the draw and the scale).
-    return Cost(draws / device.dropout_rate, draws, moved)
+    return Cost(declared.items / device.dropout_rate, declared.items, declared.moved)
+
+
+def draws_mask(op):
+    """Does the op draw a dropout mask (a declared "dropout" or "keyed_dropout")?"""
+    return any(w.kernel in ("dropout", "keyed_dropout") for w in op.work)
 
 
 def numpy_function(device, name, elements, moved, per_call=None):
@@ -362,64 +325,37 @@ def _per_draw(device, elements):
     return curve(1, elements) if curve is not None else 1 / device.dropout_rate
 
 
-def sparse_product(op, device):
-    """A CSR product priced at full density: the plan does not know how many of the
-    sparse operand's entries are non-zero, so this bounds the work from above."""
-    x, d = op.args
-    stored = size(x)
-    macs = stored * op.shape[-1]
-    moved = nbytes(d) + nbytes(op) + stored * 8
-    return Cost(macs / device.spmm_rate + nbytes(op) / device.memory_bandwidth,
-                2 * macs, moved, kind="graph")
+def csr_product(op, work, device):
+    """A CSR product: its multiply-adds at the device's sparse rate, its result written."""
+    return Cost(work.items / device.spmm_rate + nbytes(op) / device.memory_bandwidth,
+                work.flops, work.moved, kind="graph")
 
 
-def graph_work(op, device):
-    """A whole-graph graph op (outside fused groups), as ngnn.transformers.numpy.kernels
-    computes it."""
-    graph = op.graph
-    edges, nodes = graph.num_edges, graph.num_nodes
-    width = row_width(op)
-    if isinstance(op, Gather):
-        return primitive(device, "take", edges, width, op.args[0].shape[0])
-    if isinstance(op, Aggregate):
-        if op.combiner.linear:     # incidence (N, E) @ x: x's rows in edge order
-            return primitive(device, "spmm", edges, width, edges) + \
-                passes(device, size(op), 2 * nbytes(op))
-        # x's rows taken into CSR order, then a segment reduction.
-        return primitive(device, "edge_take", edges, width, edges) + \
-            primitive(device, "segment", edges, width)
-    # EdgeSoftmax: a segment max, a gather of it, subtract and exp, a float64 sum (an
-    # incidence product), a gather of it, a divide.
-    element = edges * row_elements(op)
-    return (primitive(device, "edge_take", edges, width, edges)
-            + primitive(device, "segment", edges, width)
-            + primitive(device, "take", edges, width, nodes)
-            + primitive(device, "spmm", edges, 2 * width, edges)
-            + primitive(device, "take", edges, 2 * width, nodes)
-            + passes(device, element, 6 * element * 4, calls=4, transcendental=element))
+def all_reduce(op, work, device, topology, rank):
+    """Its fixed cost plus the bytes at the all-reduce bandwidth (both measured on 2
+    ranks)."""
+    ranks = op.exchange.size
+    if ranks <= 1:
+        return Cost(kind="comm", calls=0)
+    link = topology.link(rank, (rank + 1) % ranks)
+    moved = work.moved
+    # A ring moves 2 (p - 1) / p of the tensor; the calibrated bandwidth is for p = 2.
+    share = (ranks - 1) / ranks * 2
+    seconds = link.allreduce_latency * max(1.0, np.log2(ranks)) + \
+        share * moved / link.allreduce_bandwidth
+    return Cost(seconds, 0, 2 * moved, share * moved, kind="comm", calls=3)
 
 
-def communication(op, device, topology, rank):
-    """Point-to-point exchanges: each peer's rows over its link, one message each, and
-    the copies of the rows out of and into the tensor; all-reduce: its fixed cost plus
-    the bytes at the all-reduce bandwidth (both measured on 2 ranks)."""
-    if isinstance(op, AllReduce):
-        ranks = op.exchange.size
-        if ranks <= 1:
-            return Cost(kind="comm", calls=0)
-        link = topology.link(rank, (rank + 1) % ranks)
-        moved = nbytes(op)
-        # A ring moves 2 (p - 1) / p of the tensor; the calibrated bandwidth is for p = 2.
-        share = (ranks - 1) / ranks * 2
-        seconds = link.allreduce_latency * max(1.0, np.log2(ranks)) + \
-            share * moved / link.allreduce_bandwidth
-        return Cost(seconds, 0, 2 * moved, share * moved, kind="comm", calls=3)
-    local = op.local_graph if isinstance(op, MasterBroadcast) else op.graph
+def exchange(op, work, device, topology, rank):
+    """A point-to-point exchange (mirrors' rows to their masters, "mirror_reduce", or
+    masters' to their mirrors): each peer's rows over its link, one message each, and the
+    copies of the rows out of and into the tensor."""
+    reduces = work.kernel == "mirror_reduce"
+    local = op.graph if reduces else op.local_graph
     row = row_elements(op) * np.dtype(op.dtype).itemsize
     width = row / 4
     mirrors, masters = exchange_rows(local, op.at)
-    sends, receives = (mirrors, masters) if isinstance(op, MirrorReduce) else \
-        (masters, mirrors)
+    sends, receives = (mirrors, masters) if reduces else (masters, mirrors)
     seconds, sent, calls = 0.0, 0, 2
     for peer in sorted(set(sends) | set(receives)):
         out_rows, in_rows = sends.get(peer, 0), receives.get(peer, 0)
@@ -431,20 +367,40 @@ def communication(op, device, topology, rank):
     # first picking the rows they combine with (out[rows] = combine(out[rows], got)).
     table = op.args[0].shape[0] if op.args[0].shape else 1
     copy = picks(device, out_rows, width, table)
-    if isinstance(op, MirrorReduce):
+    if reduces:
         copy = copy + picks(device, in_rows, width, op.shape[0]) + \
             passes(device, in_rows * width, 3 * in_rows * row, calls=0)
     copy = copy + places(device, in_rows, width, op.shape[0] if op.shape else 1)
-    masters_part = nbytes(op) if isinstance(op, MirrorReduce) else nbytes(op.args[0])
+    masters_part = nbytes(op) if reduces else nbytes(op.args[0])
     whole = passes(device, 0, 2 * masters_part, calls=0)     # the masters' own rows
     cost = copy + whole
-    if isinstance(op, MirrorReduce) and op.reduce != "sum":
+    if reduces and op.reduce != "sum":
         # A copy of x with the inactive rows set to -inf or inf; masters without edges to 0.
         cost = cost + passes(device, 0, 3 * nbytes(op.args[0]), calls=2)
-    if isinstance(op, MasterBroadcast) and op.at is not None:
+    if not reduces and op.at is not None:
         cost = cost + passes(device, 0, nbytes(op) - masters_part, calls=1)   # mirrors to 0
     return Cost(seconds + cost.seconds, 0, cost.bytes, sent, kind="comm",
                 calls=calls + cost.calls)
+
+
+# The declared kernels (`Op.work`) priced otherwise than by one calibrated primitive, each
+# a rule of (op, work, device, topology, rank, plan).
+RULES = {
+    "pass": lambda op, w, device, *_: passes(device, w.items, w.moved, w.calls,
+                                             w.transcendental),
+    "matmul": lambda op, w, device, *_: blas_product(device, w),
+    "matmul_t": lambda op, w, device, *_: blas_product(device, w),
+    "csr_product": lambda op, w, device, *_: csr_product(op, w, device),
+    "dropout": lambda op, w, device, *_: dropout(op, device),
+    "keyed_dropout": lambda op, w, device, topology, rank, plan: dropout(
+        op, device, plan.masks if plan is not None else None),
+    "all_reduce": lambda op, w, device, topology, rank, _: all_reduce(op, w, device,
+                                                                      topology, rank),
+    "mirror_reduce": lambda op, w, device, topology, rank, _: exchange(op, w, device,
+                                                                       topology, rank),
+    "master_broadcast": lambda op, w, device, topology, rank, _: exchange(op, w, device,
+                                                                          topology, rank),
+}
 
 
 def picks(device, rows, width, table):

@@ -6,7 +6,7 @@ lines each step wrote; the rendering must equal the module that runs)."""
 import sys
 import time
 
-from .cost import LEAVES, is_group
+from .cost import is_group
 
 
 def step_lines(comp):
@@ -80,4 +80,4 @@ def measure_steps(comp, call, repeats=3):
         for step, seconds in per_step.items():
             best[step] = min(best.get(step, float("inf")), seconds)
     return {step: seconds for step, seconds in best.items()
-            if is_group(step) or not isinstance(step, LEAVES)}
+            if is_group(step) or not step.is_leaf}

@@ -7,13 +7,12 @@ which dropout masks are drawn once per call. Each member is priced by its kind's
 rule (ngnn.simulate.cost), at the block's rows."""
 import numpy as np
 
-from ..op_graph import Aggregate, Dropout, EdgeSoftmax, Gather
+from ..op_graph.work import elements as size, nbytes, row_elements, row_width
 from ..passes.block_planning import heads_of
 from ..passes.buffer_sharing import is_group
 from .calibration import SHORT_BLOCKS, busy_block_edges, first_reads
-from .cost import (Cost, along_rows, apply_keep, blocked, keep_bits, nbytes, numpy_function,
-                   passes, per_item, primitive, row_elements, row_width, segment_curve,
-                   size, work)
+from .cost import (Cost, along_rows, apply_keep, blocked, draws_mask, keep_bits,
+                   numpy_function, passes, per_item, primitive, segment_curve, work)
 
 
 class NumPyPlan:
@@ -72,7 +71,7 @@ class NumPyPlan:
             cost = cost + (Cost(moved / device.transpose_rate, 0, moved)
                            if heads_of(weight) > 1 or dtype != x.dtype else Cost(calls=1))
         masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
-                 if isinstance(op, Dropout)}
+                 if draws_mask(op)}
         for op in masks.values():
             cost = cost + keep_bits(device, op, self.masks)
         # Per block: edge ids, the other ends and segment bounds (views); the own ends'
@@ -84,7 +83,7 @@ class NumPyPlan:
             if op not in skipped:
                 cost = cost + context.member(op, products)
         for op in group.outputs:
-            if not (isinstance(op, Aggregate) and op.at == end):
+            if not (op.fusion_role == "agg" and op.at == end):
                 cost = cost + context.store(op)
         return cost
 
@@ -107,7 +106,7 @@ class Block:
         # A busy block reading no rows by edge ids (stored edge values, an edge dropout's
         # mask) is a light one: its node tables can stay in the cache from block to block.
         self.light = self.busy and not taken and not any(
-            isinstance(op, Dropout) and group_plan.is_edge_sized(op) for op in group.ops)
+            draws_mask(op) and group_plan.is_edge_sized(op) for op in group.ops)
         # What the group streams of its own, read or written once: the other ends' ids
         # (int64) and its outputs.
         self.streams = 8 * self.edges + sum(nbytes(op) for op in group.outputs)
@@ -168,16 +167,16 @@ class Block:
 
     def member(self, op, products):
         device, blocks, edges = self.device, self.blocks, self.edges
-        if isinstance(op, Gather):       # by the group's own end: rows in order
+        if op.fusion_role == "edge":      # a gather by the own end: rows in order
             kind = "take_sorted" if op.by == self.end else self.columns("take")
             return self.blocked(kind, edges, row_width(op), op.args[0].shape[0], blocks,
                                 op.args[0])
-        if isinstance(op, Aggregate):
+        if op.fusion_role == "agg":
             return self.aggregate(op, products)
         reads = Cost(calls=0)
         for arg in op.args:
             reads = reads + self.read(arg, op)
-        if isinstance(op, EdgeSoftmax):      # K.segment_softmax: the sums in float64
+        if op.fusion_role == "softmax":      # K.segment_softmax: the sums in float64
             width, element = row_width(op), edges * row_elements(op)
             return reads + Cost(edges / device.repeat_rate, calls=blocks) + \
                 self.segment("max", width) + self.segment("sum", 2 * width) + \
@@ -185,7 +184,7 @@ class Block:
                 self.blocked("take_sorted", edges, 2 * width, self.nodes, blocks) + \
                 passes(device, element, 6 * element * 4, calls=3 * blocks,
                        transcendental=element)
-        if isinstance(op, Dropout):
+        if draws_mask(op):
             rows = self.rows(op)
             elements = rows * row_elements(op)
             keep = Cost(calls=0)

@@ -9,7 +9,7 @@ import json
 
 from ..files import write_atomically
 from ..op_graph import Assign
-from .cost import LEAVES, is_group, step_cost
+from .cost import is_group, step_cost
 from .numpy_plan import NumPyPlan
 
 
@@ -89,7 +89,7 @@ def predict(comp, topology, rank=None):
     into = getattr(comp.memory_plan, "into_variable", {})
     ops, clock = [], 0.0
     for step in comp.steps:
-        if not is_group(step) and (isinstance(step, LEAVES) or isinstance(step, Assign) and
+        if not is_group(step) and (step.is_leaf or isinstance(step, Assign) and
                                    into.get(step.args[-1]) is step.args[0]):
             continue          # bound, not run; or an update computed in its variable
         cost = step_cost(step, device, topology, rank, views, plan)
