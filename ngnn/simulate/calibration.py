@@ -1,21 +1,23 @@
 """Calibration: measures this machine's rates for the cost model and writes a profile.
 
-What is timed is what the NumPy transformer calls, on the data it calls them on, the way
-it calls them: the random rows of an R-MAT graph (the synthetic graphs of the
-benchmarks), at the feature widths of a GNN layer, in blocks of a fused group's byte
-budget. Graph primitives are measured as curves over the row width and over the size of
-the table they read (the bigger the table, the fewer of its random rows are in cache):
-indexed row reads (`np.take`), a block's sparse product (the fused groups'
-`gather_sum`), segment reductions, rows in order, fancy row indexing, row-wise and
-column-wise sums, log-softmax; and the fused groups' primitives again, statement by
-statement, inside busy blocks (`busy_blocks`: the "_busy" curves). Scalars: the tall,
-thin matrix products of a layer (flop/s), an element-wise add (bytes/s), exp
-(elements/s), a Philox dropout (elements/s), the segment ids of a block (edges/s), and
-the overhead per call of a NumPy statement.
+What is timed is a table (`SAMPLES`, a `Sample` a row): each row names a kernel the NumPy
+transformer calls, the points it is timed at (row widths and table sizes, product sizes,
+element counts), the state of the cache it starts from, and what its figures make: a
+curve of seconds per item over the points (`Curve`), a capped curve, or a scalar rate.
+Each NumPy function an op declares (`Op.numpy_calls`) is a row too. One routine builds and
+times the rows (`time_samples`, `_fastest`), one fits them (`fit_curves`), one derives the
+curves that are differences of two others (`Derived`, `excess`), and one merges
+calibrations (`merged`). Adding a kind of sample is adding a row.
 
-Each figure is the best of a few rounds, every primitive timed once per round: other
+The kernels run on the data the transformer calls them on, the way it calls them: the
+random rows of an R-MAT graph (the synthetic graphs of the benchmarks), at the feature
+widths of a GNN layer, in blocks of a fused group's byte budget (`GraphPoint`); the
+fused groups' primitives again, statement by statement, inside busy blocks
+(`busy_block`: the "_busy" and "_light" curves).
+
+Each figure is the best of a few rounds, every kernel timed once per round: other
 processes on a shared machine only ever slow a run down, so the best is this machine's
-own figure, and a busy moment costs one round of every primitive rather than every call
+own figure, and a busy moment costs one round of every kernel rather than every call
 of one. `quick=True` uses small sizes and three widths (tests). MPI: `measure_mpi` starts
 2 ranks (calibration/mpi_probe) for latency, bandwidth and all-reduce; skipped, with a
 message, without mpi4py or mpiexec.
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import scipy.special
@@ -56,17 +59,21 @@ def _fastest(timings, rounds, before=None):
     one call of every primitive, not every call of one. `before` ({key: function}) is
     called, untimed, right before each timing of its key: to flush the cache
     (`flush_cache`), or to put what the key reads into it (the timing before may have
-    moved it out)."""
+    moved it out). A function that times itself (a block loop's statements) returns
+    its `Figures`: each its fastest, under its own key."""
     before = before or {}
-    best = {key: float("inf") for key in timings}
+    best = {}
     for round_ in range(rounds + 1):
         for key, run in timings.items():
             if key in before:
                 before[key]()
             start = time.perf_counter()
-            run()
+            figures = run()
+            took = time.perf_counter() - start
             if round_:
-                best[key] = min(best[key], time.perf_counter() - start)
+                for name, seconds in (figures.items() if isinstance(figures, Figures)
+                                      else [(key, took)]):
+                    best[name] = min(best.get(name, float("inf")), seconds)
     return {key: max(value, 1e-12) for key, value in best.items()}
 
 
@@ -202,80 +209,204 @@ def take_rows(x, ids, workspace):
     return np.take(x, ids, axis=0, mode="clip", out=_view(workspace, (len(ids),) + x.shape[1:]))
 
 
-def graph_timings(quick, rng):
-    """({(primitive, table rows, width): (function, items)}, {key: the array it reads by
-    row}, {key: distinct rows it reads}): the graph primitives at each measured width
-    and table size, on scratch buffers shared between widths; the arrays for the
-    primitives of a fused group's statements, the distinct rows for those reading rows
-    at random (by the other ends' ids)."""
-    from ..transformers.numpy import kernels as K
-    widths, tables, block = graph_sizes(quick)
-    top = widths[-1]
-    timings, reads, touched = {}, {}, {}
-    result, scratch = (np.empty(max(tables) * top, np.float32) for _ in range(2))
-    taken = np.empty(block * top, np.float32)     # a block's rows, as a group's workspace
-    for rows, csr in [(rows, csr) for rows in tables for csr in ("in", "out")]:
-        # Source-parallel groups read the out-CSR's columns ("out_" curves).
-        indptr, cols = rmat_block(rows, block, seed=1, csr=csr)
-        prefix = "" if csr == "in" else "out_"
-        n_v, n_e, distinct = len(indptr) - 1, len(cols), len(np.unique(cols))
-        # A third of a table's rows, sorted, as an exchange picks a peer's rows (x[rows],
-        # a new array) and writes the rows received into place (out[rows] = received).
-        exchanged = np.sort(rng.choice(rows, rows // 3, replace=False))
-        for w in widths:
-            x = rng.random((rows, w), dtype=np.float32)
-            received = np.zeros((len(exchanged), w), np.float32)
-            if csr == "in":
-                timings["pick", rows, w] = (lambda x=x, i=exchanged: x[i], len(exchanged))
-                timings["place", rows, w] = (
-                    lambda x=x, i=exchanged, r=received: x.__setitem__(i, r), len(exchanged))
-            out = _view(result, (n_v, w))
-            blocks = alone_blocks(indptr, w, quick)
-            timings[prefix + "take", rows, w] = (
-                lambda x=x, c=cols, b=blocks: [take_rows(x, c[p0:p1], taken)
-                                               for _, _, p0, p1 in b], n_e)
-            timings[prefix + "spmm", rows, w] = (
-                lambda x=x, o=out, p=indptr, c=cols, b=blocks: [
-                    K.gather_sum(x, None, c[p0:p1], p[v0:v1 + 1] - p0, "sum", o[v0:v1])
-                    for v0, v1, p0, p1 in b], n_e)
-            for name in ("take", "spmm"):
-                reads[prefix + name, rows, w] = x
-                touched[prefix + name, rows, w] = distinct
-    rows = tables[0]
-    indptr, _ = rmat_block(rows, block, seed=2)
-    n_v, n_e = len(indptr) - 1, int(indptr[-1])
-    order = rng.permutation(n_e)
-    ends = K.segment_ids(indptr, 0)
-    values = rng.standard_normal(n_e * top, dtype=np.float32)
-    for w in widths:
-        edge_rows = _view(values, (n_e, w))
-        out = _view(result, (n_v, w))
-        x = _view(values, (rows, w))
-        reduced, column = np.empty(rows, np.float32), np.empty(w, np.float32)
-        soft = _view(scratch, (rows, w))
-        blocks = alone_blocks(indptr, w, quick)
-        # Segment reductions: a maximum ("segment", max and min) and a sum.
-        for name, reduce in (("segment", "max"), ("segment_sum", "sum")):
-            timings[name, rows, w] = (
-                lambda v=edge_rows, o=out, r=reduce, b=blocks: [
-                    K.segment_reduce(v[p0:p1], indptr[v0:v1 + 1] - p0, r, o[v0:v1])
-                    for v0, v1, p0, p1 in b], n_e)
-            reads[name, rows, w] = edge_rows
-        timings["fancy", rows, w] = (lambda v=edge_rows: v[order], n_e)
-        timings["take_sorted", rows, w] = (
-            lambda x=x, b=blocks: [take_rows(x, ends[p0:p1], taken) for _, _, p0, p1 in b],
-            n_e)
-        reads["take_sorted", rows, w] = x
-        timings["row_sum", rows, w] = (
-            lambda x=x, r=reduced: np.einsum("ab->a", x, out=r), rows)
-        timings["column_sum", rows, w] = (
-            lambda x=x, c=column: np.sum(x, axis=(0,), out=c), rows)
-        timings["log_softmax", rows, w] = (
-            lambda x=x, o=soft: K.log_softmax(x, 1, o), rows)
-    return timings, reads, touched
+# ---- the sample table ----------------------------------------------------------------------
+class Timing(NamedTuple):
+    """A kernel's call at one point of its sample: `run` (no arguments) over `items`
+    items (edges, rows, elements, bytes); `table`, the array it reads rows of (warmed
+    before its "_warm" timings); `distinct`, the rows of it its reads touch (first_reads).
+    A block loop times its statements itself: its `run` returns their `Figures`."""
+    run: Callable
+    items: float = 1
+    table: Optional[np.ndarray] = None
+    distinct: Optional[int] = None
 
 
-# The statements of a busy calibration block (`busy_blocks`), each the curve of its
+class Figures(dict):
+    """{figure key: seconds per item} a self-timing run (a block loop) measured."""
+
+
+class Sample(NamedTuple):
+    """A row of the calibration table (`SAMPLES`): what is timed, where, and how it is
+    fitted.
+
+      name    the curve it measures (`fit` "curve" or "capped"), the device's scalar rate
+              ("rate": items per second), or the kernel timed only to derive another
+              figure (None: `DERIVED`); a block loop's curves are named by its statements
+      points  quick -> the points it is timed at, each (along, across): a graph kernel's
+              (table rows, row width), a product's (inner, outer) sizes, a function's
+              (elements, row length); [()] for a rate
+      build   (bench, *point) -> Timing: the kernel's call on the data it reads there
+      state   the cache each timing starts from: "cold" (flushed: a table a step wrote
+              long before); "cold+warm" (cold, and timed again as name + "_warm" right
+              after its table is written; with `distinct`, their difference per first
+              read of a row is name + "_touch"); "warm" (its own call right before: what
+              the statement before just wrote); "block" (warm at the smaller function
+              size, a fused block's, else as left); None (as the timing before left it)
+      fit     "curve" (seconds per item over the points), "capped" (a curve made
+              `monotone`), "rate", or None
+      rounds  the rounds it is timed in (None: the calibration's)
+    """
+    name: str
+    points: Callable
+    build: Callable
+    state: Optional[str] = None
+    fit: Optional[str] = "curve"
+    rounds: Optional[int] = None
+
+
+class Derived(NamedTuple):
+    """A curve derived from two measured ones (`excess`): what `dearer` costs beyond
+    `cheaper`, per `unit(timing, along, across)` units, at each point of the row named
+    `sample` (whose timing gives the units)."""
+    name: str
+    dearer: str
+    cheaper: str
+    sample: str
+    unit: Callable
+
+
+class Bench:
+    """What the samples' kernels run on, made once and shared by the rows that read it (as
+    a step's statements share its tensors, and to hold the memory of one of each): the
+    R-MAT blocks, the random tables and the scratch buffers, by name."""
+
+    def __init__(self, quick, seed=0):
+        self.quick, self.seed, self.rng = quick, seed, np.random.default_rng(seed)
+        self.widths, self.tables, self.edges = graph_sizes(quick)
+        self._made = {}
+
+    def made(self, key, make):
+        """`make()` the first time `key` is asked for; the same object after."""
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+    def random(self, name, shape, dtype=np.float32):
+        return self.made((name, shape), lambda: self.rng.random(shape, dtype=dtype))
+
+    def normal(self, name, shape):
+        return self.made((name, shape),
+                         lambda: self.rng.standard_normal(shape, dtype=np.float32))
+
+    def scratch(self, name, size, dtype=np.float32):
+        return self.made(name, lambda: np.empty(size, dtype))
+
+
+class GraphPoint:
+    """What a graph kernel reads at a point (table rows, row width) of its sample: an
+    R-MAT block over a table of `rows` rows (`rmat_block`: its CSR `indptr`, the other
+    ends' ids `cols`, the `distinct` rows they touch, and its `blocks` of a fused group's
+    byte budget), the node table `x` and the block's `edge_rows` (views of one random
+    buffer), and scratch for results (`out`, `taken`: a group's workspace)."""
+
+    def __init__(self, bench, rows, width, csr="in", seed=1):
+        self.bench, self.rows, self.width, self.K = bench, rows, width, _kernels()
+        self.indptr, self.cols = rmat_block(rows, bench.edges, seed=seed, csr=csr)
+        self.edges = len(self.cols)
+        self.distinct = bench.made(("distinct", rows, csr, seed),
+                                   lambda: len(np.unique(self.cols)))
+        self.blocks = alone_blocks(self.indptr, width, bench.quick)
+        top, most = bench.widths[-1], max(bench.tables)
+        self.x = _view(bench.normal(("nodes", csr, seed), rows * top), (rows, width))
+        self.out = _view(bench.scratch("out", most * top), (len(self.indptr) - 1, width))
+        self.taken = bench.scratch("taken", bench.edges * top)
+        self._where = csr, seed
+
+    @functools.cached_property
+    def edge_rows(self):
+        values = self.bench.normal(("edge values",) + self._where,
+                                   self.edges * self.bench.widths[-1])
+        return _view(values, (self.edges, self.width))
+
+
+def on_graph(kernel, **where):
+    """A graph kernel's sample builder: `kernel` (a GraphPoint -> Timing) at each point,
+    on the block `where` names (`csr`, `seed`)."""
+    return lambda bench, rows, width: kernel(GraphPoint(bench, rows, width, **where))
+
+
+def _kernels():
+    from ..transformers.numpy import kernels
+    return kernels
+
+
+# Graph kernels: at every table size and width, or at the smaller table.
+def every_table(quick):
+    widths, tables, _ = graph_sizes(quick)
+    return [(rows, w) for rows in tables for w in widths]
+
+
+def first_table(quick):
+    widths, tables, _ = graph_sizes(quick)
+    return [(tables[0], w) for w in widths]
+
+
+def take(g):
+    """np.take of a node table's rows by the other ends (at random)."""
+    return Timing(lambda: [take_rows(g.x, g.cols[p0:p1], g.taken) for _, _, p0, p1 in g.blocks],
+                  g.edges, g.x, g.distinct)
+
+
+def spmm(g):
+    """A block's sparse product over a node table (K.gather_sum: the fused groups' sums)."""
+    return Timing(lambda: [g.K.gather_sum(g.x, None, g.cols[p0:p1], g.indptr[v0:v1 + 1] - p0,
+                                          "sum", g.out[v0:v1]) for v0, v1, p0, p1 in g.blocks],
+                  g.edges, g.x, g.distinct)
+
+
+def exchanged(g):
+    """A third of a table's rows, sorted, as an exchange picks a peer's rows or writes
+    those received into place."""
+    return g.bench.made(("exchanged", g.rows), lambda: np.sort(
+        g.bench.rng.choice(g.rows, g.rows // 3, replace=False)))
+
+
+def pick(g):
+    ids = exchanged(g)
+    return Timing(lambda: g.x[ids], len(ids))
+
+
+def place(g):
+    ids = exchanged(g)
+    received = np.zeros((len(ids), g.width), np.float32)
+    return Timing(lambda: g.x.__setitem__(ids, received), len(ids))
+
+
+def segment(g, reduce="max"):
+    """K.segment_reduce of the block's edge rows (a maximum: max and min; "sum")."""
+    return Timing(lambda: [g.K.segment_reduce(g.edge_rows[p0:p1], g.indptr[v0:v1 + 1] - p0,
+                                              reduce, g.out[v0:v1])
+                           for v0, v1, p0, p1 in g.blocks], g.edges, g.edge_rows)
+
+
+def fancy(g):
+    order = g.bench.made(("order", g.rows), lambda: g.bench.rng.permutation(g.edges))
+    return Timing(lambda: g.edge_rows[order], g.edges)
+
+
+def take_sorted(g):
+    """np.take of a node table's rows by the block's own ends (in order)."""
+    ends = g.bench.made(("ends", g.rows), lambda: g.K.segment_ids(g.indptr, 0))
+    return Timing(lambda: [take_rows(g.x, ends[p0:p1], g.taken) for _, _, p0, p1 in g.blocks],
+                  g.edges, g.x)
+
+
+def row_sum(g):
+    reduced = np.empty(g.rows, np.float32)
+    return Timing(lambda: np.einsum("ab->a", g.x, out=reduced), g.rows)
+
+
+def column_sum(g):
+    column = np.empty(g.width, np.float32)
+    return Timing(lambda: np.sum(g.x, axis=(0,), out=column), g.rows)
+
+
+def log_softmax(g):
+    soft = np.empty_like(g.x)
+    return Timing(lambda: g.K.log_softmax(g.x, 1, soft), g.rows)
+
+
+# The statements of a busy calibration block (`busy_block`), each the curve of its
 # primitive (+ "_busy") or None (timed, not kept).
 BUSY_STATEMENTS = (None, "take", "take_sorted", None, "segment", "segment_sum", "spmm",
                    "gather_sum_heads", "edge_take", "keep_take")
@@ -284,6 +415,7 @@ BUSY_ARRAYS = 3              # edge arrays a busy block makes: its rows read, an
 BUSY_ROUNDS = 2              # each round times every statement over many blocks
 SHORT_BLOCKS = 8             # gather_sum_heads_short: blocks this many times shorter
 LIGHT_FIRST_READS = ("take", "spmm")    # rows read at random: "_light_steady", "_light_touch"
+HEAD_WIDTH = 8               # the widest head of the per-head product's sample
 
 
 def busy_block_edges(width, quick=False):
@@ -292,18 +424,18 @@ def busy_block_edges(width, quick=False):
     return max(block_budget(quick) // (BUSY_ARRAYS * 4 * width), 1)
 
 
-def busy_blocks(quick, rng):
-    """{(primitive + "_busy", "_light"..., table rows, width): seconds per item} of the
-    fused groups' primitives timed statement by statement in a busy block loop, written
-    as the NumPy transformer writes a group with edge values
+def busy_block(bench, rows, width, csr="in"):
+    """The fused groups' primitives timed statement by statement (`_run_busy`) in a busy
+    block loop, written as the NumPy transformer writes a group with edge values
     (ngnn.transformers.numpy.fused): each block of vertices of an R-MAT CSR takes its
     edges' rows by the other end (at random) and by its own (in order) into its
     workspace, adds them, reduces them by segment and runs the sparse products, in
     blocks of the group's byte budget. Each primitive then finds the cache and the TLB
     as a group's other statements leave them: a random row read of a block ran 3 to 4
     times slower there than in a loop of its own, its table moved out of the core's
-    cache between blocks. The per-head product is "gather_sum_heads" (attention groups
-    are busy ones); "edge_take" reads rows of a stored edge value by edge ids (at
+    cache between blocks. Its figures: {(primitive + "_busy", "_light"..., table rows,
+    width): seconds per item}. The per-head product is "gather_sum_heads" (attention
+    groups are busy ones); "edge_take" reads rows of a stored edge value by edge ids (at
     random, from a table of EDGES_PER_ROW rows a vertex: keyed by its rows), "keep_take"
     an edge dropout's mask the same way (a byte a row per head, the width: 1 ns an edge
     at R-MAT 100K, a quarter of a float's row); "out_" the out-CSR's. The per-head
@@ -320,87 +452,74 @@ def busy_blocks(quick, rng):
     take of one float a row, 2.3 to 2.7 ns an edge in the training step, 2.8 to 3.7 in
     the busy sample's first pass, whose 500,000 edges pay for a fifth as many first
     reads where the graph's 5 million pay for a twentieth.)"""
-    from ..transformers.numpy import kernels as K
-    widths, tables, edges = graph_sizes(quick)
-    streamed = np.zeros(block_budget(quick) // 4, np.float32)
-    samples = {(rows, csr): rmat_block(rows, edges, seed=1, csr=csr)
-               for rows in tables for csr in ("in", "out")}
-    # Every configuration stays bound for the rounds below, so they share scratch of the
-    # largest size, each reading its tables as views of it (random values either way).
-    top, most, heads_width = widths[-1], max(tables), 8
-    scratch = {name: rng.random(size, dtype=np.float32) for name, size in (
-        ("table", most * top), ("heads", most * HEADS * heads_width),
-        ("edge values", EDGES_PER_ROW * most * HEADS))}
-    keeps = scratch["edge values"] < 0.5
-    out, out_heads = (np.empty(most * size, np.float32) for size in (top, HEADS * heads_width))
-    longest = max(busy_block_edges(w, quick) * w for w in widths) + \
-        max(int(np.diff(indptr).max()) for indptr, _ in samples.values()) * top
-    workspace = [np.empty(longest, np.float32) for _ in range(BUSY_ARRAYS)]
-    timings = []         # (key prefix, table rows, width, names kept, runs, short heads' run)
-    touched = {}         # {light key: (distinct rows its sample reads, edges)}
-    for (rows, csr), (indptr, cols) in samples.items():
-        n_v, edge_rows, distinct = len(indptr) - 1, EDGES_PER_ROW * rows, len(np.unique(cols))
-        weight = rng.random((len(cols), HEADS, 1), dtype=np.float32)
-        eids = rng.integers(0, edge_rows, len(cols))
-        for w in widths:
-            heads = _view(scratch["heads"], (HEADS, rows, w)) if 4 <= w <= heads_width \
-                else None
-            stored = keep = None
-            if csr == "in" and w <= HEADS:
-                stored = _view(scratch["edge values"], (edge_rows, w))
-                keep = _view(keeps, (edge_rows, w))
-            blocks = blocks_of(indptr, busy_block_edges(w, quick))
-            short = blocks_of(indptr, max(busy_block_edges(w, quick) // SHORT_BLOCKS, 1))
-            outputs = (_view(out, (n_v, w)), _view(out_heads, (n_v, HEADS, w)))
-            timed = [name for name in BUSY_STATEMENTS if name and
-                     (heads is not None or name != "gather_sum_heads") and
-                     (stored is not None or name not in ("edge_take", "keep_take")) and
-                     (csr == "in" or not name.startswith("segment"))]
-            run = functools.partial(_run_busy, K, _view(scratch["table"], (rows, w)), heads,
-                                    weight, eids=eids, indptr=indptr, cols=cols,
-                                    blocks=blocks, out=outputs[0], out_heads=outputs[1],
-                                    workspace=workspace, segments=csr == "in")
-            light = functools.partial(run, None, None)
-            runs = [(("_busy", "_light"), light)] if stored is None else \
-                [(("_busy",), functools.partial(run, stored, keep)), (("_light",), light)]
-            run_short = None if heads is None else functools.partial(
-                _run_short_heads, K, heads, weight, indptr, cols, short, outputs[1], streamed)
-            prefix = "" if csr == "in" else "out_"
-            timings.append((prefix, rows, w, timed, runs, run_short, len(cols)))
-            for name in LIGHT_FIRST_READS:
-                touched[prefix + name + "_light", rows, w] = (distinct, len(cols))
-    # Each round times every configuration once, as _fastest does: a busy moment on a
-    # shared machine then slows one round of each, not every round of one.
-    best = {}
-    for _ in range(BUSY_ROUNDS):
-        for prefix, rows, w, timed, runs, run_short, n_e in timings:
-            if run_short is not None:
-                flush_cache()
-                key = (prefix + "gather_sum_heads_short", rows, w)
-                best[key] = min(best.get(key, np.inf), max(run_short(), 1e-12) / (n_e * HEADS))
-            for suffixes, run in runs:
-                flush_cache()
-                for name, seconds in zip(BUSY_STATEMENTS, run()):
-                    by_ids = name in ("edge_take", "keep_take")
-                    if name not in timed or by_ids and "_busy" not in suffixes:
-                        continue
-                    per_head = name == "gather_sum_heads"
-                    table = EDGES_PER_ROW * rows if by_ids else rows
-                    for suffix in suffixes:
-                        key = (prefix + name + ("" if per_head and suffix == "_busy" else
-                                                suffix), table, w)
-                        best[key] = min(best.get(key, np.inf), max(seconds, 1e-12) /
-                                        (n_e * (HEADS if per_head else 1)))
-            # The light block once more, its tables as its first pass left them.
-            for name, seconds in zip(BUSY_STATEMENTS, runs[-1][1]()):
-                if name in LIGHT_FIRST_READS:
-                    key = (prefix + name + "_light_steady", rows, w)
-                    best[key] = min(best.get(key, np.inf), max(seconds, 1e-12) / n_e)
-    # A light block's first reads of its rows, as a quiet one's ("_touch", first_reads).
-    for (name, rows, w), (distinct, n_e) in touched.items():
-        excess(best, name + "_touch", name, name + "_steady",
-               {(rows, w): first_reads_per_edge(distinct, n_e)})
-    return best
+    g, quick = GraphPoint(bench, rows, width, csr), bench.quick
+    n_e, edge_rows, most = g.edges, EDGES_PER_ROW * rows, max(bench.tables)
+    # Every configuration reads views of scratch of the largest size (random values).
+    heads = None
+    if 4 <= width <= HEAD_WIDTH:
+        heads = _view(bench.random("heads", most * HEADS * HEAD_WIDTH), (HEADS, rows, width))
+    stored = keep = None
+    if csr == "in" and width <= HEADS:
+        values = bench.random("stored edge values", EDGES_PER_ROW * most * HEADS)
+        stored = _view(values, (edge_rows, width))
+        keep = _view(bench.made("keeps", lambda: values < 0.5), (edge_rows, width))
+    weight, eids = bench.made(("edge ids", rows, csr), lambda: (
+        bench.rng.random((n_e, HEADS, 1), dtype=np.float32),
+        bench.rng.integers(0, edge_rows, n_e)))
+    blocks = blocks_of(g.indptr, busy_block_edges(width, quick))
+    short = blocks_of(g.indptr, max(busy_block_edges(width, quick) // SHORT_BLOCKS, 1))
+    out_heads = _view(bench.scratch("out heads", most * HEADS * HEAD_WIDTH),
+                      (len(g.indptr) - 1, HEADS, width))
+    timed = [name for name in BUSY_STATEMENTS if name and
+             (heads is not None or name != "gather_sum_heads") and
+             (stored is not None or name not in ("edge_take", "keep_take")) and
+             (csr == "in" or not name.startswith("segment"))]
+    run = functools.partial(_run_busy, g.K, g.x, heads, weight, eids=eids, indptr=g.indptr,
+                            cols=g.cols, blocks=blocks, out=g.out, out_heads=out_heads,
+                            workspace=busy_workspace(bench), segments=csr == "in")
+    light = functools.partial(run, None, None)
+    runs = [(("_busy", "_light"), light)] if stored is None else \
+        [(("_busy",), functools.partial(run, stored, keep)), (("_light",), light)]
+    streamed = bench.made("streamed", lambda: np.zeros(block_budget(quick) // 4, np.float32))
+    prefix = "" if csr == "in" else "out_"
+
+    def one_round():
+        figures = Figures()
+        if heads is not None:
+            flush_cache()
+            figures[prefix + "gather_sum_heads_short", rows, width] = max(_run_short_heads(
+                g.K, heads, weight, g.indptr, g.cols, short, out_heads, streamed), 1e-12) / \
+                (n_e * HEADS)
+        for suffixes, run_ in runs:
+            flush_cache()
+            for name, seconds in zip(BUSY_STATEMENTS, run_()):
+                by_ids = name in ("edge_take", "keep_take")
+                if name not in timed or by_ids and "_busy" not in suffixes:
+                    continue
+                per_head = name == "gather_sum_heads"
+                table = EDGES_PER_ROW * rows if by_ids else rows
+                for suffix in suffixes:
+                    key = (prefix + name + ("" if per_head and suffix == "_busy" else
+                                            suffix), table, width)
+                    figures[key] = max(seconds, 1e-12) / (n_e * (HEADS if per_head else 1))
+        # The light block once more, its tables as its first pass left them.
+        for name, seconds in zip(BUSY_STATEMENTS, light()):
+            if name in LIGHT_FIRST_READS:
+                figures[prefix + name + "_light_steady", rows, width] = \
+                    max(seconds, 1e-12) / n_e
+        return figures
+    return Timing(one_round, n_e, distinct=g.distinct)
+
+
+def busy_workspace(bench):
+    """BUSY_ARRAYS edge arrays of the longest busy block (its last vertex's edges
+    included) of every configuration."""
+    def make():
+        longest = max(busy_block_edges(w, bench.quick) * w for w in bench.widths) + max(
+            int(np.diff(rmat_block(rows, bench.edges, seed=1, csr=csr)[0]).max())
+            for rows in bench.tables for csr in ("in", "out")) * bench.widths[-1]
+        return [np.empty(longest, np.float32) for _ in range(BUSY_ARRAYS)]
+    return bench.made("busy workspace", make)
 
 
 def _run_busy(K, x, heads, weight, stored, keep, *, eids, indptr, cols, blocks, out,
@@ -455,53 +574,64 @@ def _run_short_heads(K, heads, weight, indptr, cols, blocks, out_heads, streamed
     return took
 
 
-def product_timings(quick, rng):
-    """{("matmul" or "matmul_t", inner, outer): (function, long rows)}: a layer's product
-    (rows, inner) @ (inner, outer) and its weight gradient (inner, rows) @ (rows, outer),
-    each per row of the long axis (BLAS's speed depends on the narrow sizes)."""
-    rows = 20_000 if quick else 100_000
+# Products: a layer's (rows, inner) @ (inner, outer) and its weight gradient (inner, rows)
+# @ (rows, outer), each per row of the long axis (BLAS's speed depends on the narrow sizes).
+def product_points(quick):
     sizes = (4, 16) if quick else (4, 16, 64)
-    timings = {}
-    for inner in sizes:
-        a = rng.standard_normal((rows, inner), dtype=np.float32)
-        for outer in sizes:
-            w = rng.standard_normal((inner, outer), dtype=np.float32)
-            d = rng.standard_normal((rows, outer), dtype=np.float32)
-            out, grad = np.empty((rows, outer), np.float32), np.empty_like(w)
-            timings["matmul", inner, outer] = (
-                lambda a=a, w=w, o=out: np.matmul(a, w, out=o), rows)
-            timings["matmul_t", inner, outer] = (
-                lambda a=a, d=d, g=grad: np.matmul(a.T, d, out=g), rows)
-    return timings, sizes
+    return [(inner, outer) for inner in sizes for outer in sizes]
 
 
-def keep_timings(quick, rng):
-    """Dropout keep bits: {("keep_bits", elements, 1): (a whole tensor's, elements)} on a
-    cached and an uncached tensor; and, for a rank's dropout keyed by its global ids (half
-    of a span, as 2 ranks hold), {("keep_rows", span, width): (kernels.dropout_keep_rows,
-    ids)} and {("keep_span", span, width): (the span's bits, ids)}: what picking the ids'
-    rows costs beyond drawing their span is the difference (`keep_select`, `excess`)."""
-    from ..transformers.numpy import kernels as K
-    timings = {}
-    for elements in FUNCTION_SIZES[quick]:
-        bits = np.empty(elements, np.bool_)
-        timings["keep_bits", elements, 1] = (
-            lambda b=bits: philox.keep_bits(1, 0, 0.5, b), elements)
+def product(bench, inner, outer, gradient=False):
+    rows = 20_000 if bench.quick else 100_000
+    a = bench.normal("layer input", (rows, inner))
+    if gradient:
+        d, grad = bench.normal("delta", (rows, outer)), np.empty((inner, outer), np.float32)
+        return Timing(functools.partial(np.matmul, a.T, d, out=grad), rows)
+    w, out = bench.normal("weights", (inner, outer)), np.empty((rows, outer), np.float32)
+    return Timing(functools.partial(np.matmul, a, w, out=out), rows)
+
+
+# Dropout keep bits: a whole tensor's at once (at the function sizes), and for a rank's
+# dropout keyed by its global ids (half of a span, as 2 ranks hold) at each row width:
+# kernels.dropout_keep_rows, and the bits of the ids' whole span; what picking the ids'
+# rows costs beyond drawing their span is the difference (`keep_select`).
+def function_points(quick):
+    return [(elements, 1) for elements in FUNCTION_SIZES[quick]]
+
+
+def keyed_points(quick):
     span = 20_000 if quick else TABLE_ROWS[0]
-    ids = np.sort(rng.choice(span, span // 2, replace=False))
-    calls = itertools.count()
-    for width in (1, 4, 16) if quick else (1, 4, 16, 64):
-        bits = np.empty(span * width, np.bool_)
-        # A new call number each time: the kernels keep a step's mask for its next use.
-        timings["keep_rows", span, width] = (
-            lambda w=width: K.dropout_keep_rows(1, next(calls), 0.5, (len(ids), w), ids),
-            len(ids))
-        timings["keep_span", span, width] = (
-            lambda b=bits: philox.keep_bits(1, 0, 0.5, b), len(ids))
-    return timings
+    return [(span, width) for width in ((1, 4, 16) if quick else (1, 4, 16, 64))]
+
+
+def keep_bits(bench, elements, _):
+    bits = np.empty(elements, np.bool_)
+    return Timing(lambda: philox.keep_bits(1, 0, 0.5, bits), elements)
+
+
+def keyed_ids(bench, span):
+    return bench.made(("ids", span),
+                      lambda: np.sort(bench.rng.choice(span, span // 2, replace=False)))
+
+
+def keep_rows(bench, span, width):
+    K, ids = _kernels(), keyed_ids(bench, span)
+    # A new call number each time: the kernels keep a step's mask for its next use.
+    calls = bench.made("dropout calls", itertools.count)
+    return Timing(lambda: K.dropout_keep_rows(1, next(calls), 0.5, (len(ids), width), ids),
+                  len(ids))
+
+
+def keep_span(bench, span, width):
+    ids, bits = keyed_ids(bench, span), np.empty(span * width, np.bool_)
+    return Timing(lambda: philox.keep_bits(1, 0, 0.5, bits), len(ids))
 
 
 TRAILING_WIDTHS = (4, 8, 16)   # np.multiply@trailing, np.add@bias: a broadcast's rows
+
+
+def row_points(quick):
+    return [(elements, row) for elements in FUNCTION_SIZES[quick] for row in TRAILING_WIDTHS]
 
 
 def declared_functions():
@@ -518,130 +648,242 @@ def declared_functions():
     return sorted(found)
 
 
-def function_timings(quick, rng):
-    """{(NumPy function, elements, 1): (function, elements)}: the functions the ops
-    declare, per element, on a cached and an uncached array; and per row length,
-    a multiply by a value a row, {("np.multiply@trailing", elements, row): ...}, and a
-    row added to every row ("np.add@bias"): NumPy's inner loop runs over one row (R-MAT
-    100K in a fused block, 0.83 ns an element for rows of 4 and 0.33 for rows of 16)."""
-    timings = {}
-    for elements in FUNCTION_SIZES[quick]:
-        for name, run in _functions(rng, elements).items():
-            timings[name, elements, 1] = (run, elements)
-        y = rng.standard_normal(elements, dtype=np.float32)
-        out = np.empty_like(y)
-        for row in TRAILING_WIDTHS:
-            rows, outs = y.reshape(-1, row), out.reshape(-1, row)
-            column, bias = y[:elements // row].reshape(-1, 1), y[:row].copy()
-            timings["np.multiply@trailing", elements, row] = (
-                lambda c=column, x=rows, o=outs: np.multiply(c, x, out=o), elements)
-            timings["np.add@bias", elements, row] = (
-                lambda b=bias, x=rows, o=outs: np.add(x, b, out=o), elements)
-    return timings
-
-
 # The operands a function is timed on where not the first of (x, y) it takes: x standard
 # normal, y positive (past 1); the domain of a logarithm and a root, a power of a constant.
 OPERANDS = {"np.log": ("y",), "np.sqrt": ("y",), "np.power": ("y", 0.5)}
 
 
-def _functions(rng, elements):
-    x = rng.standard_normal(elements, dtype=np.float32)
-    y = np.abs(rng.standard_normal(elements, dtype=np.float32)) + 1
-    out = np.empty_like(x)
-    # A mask times floats: far slower per element than plain arrays.
-    mask = x > 0
-    timed = {"np.multiply@cast": lambda: np.multiply(mask, y, out=out)}
-    for name in declared_functions():
+def operands(bench, elements):
+    """(x, y, out) of a function's sample of `elements` elements."""
+    def make():
+        x = bench.rng.standard_normal(elements, dtype=np.float32)
+        y = np.abs(bench.rng.standard_normal(elements, dtype=np.float32)) + 1
+        return x, y, np.empty_like(x)
+    return bench.made(("operands", elements), make)
+
+
+def numpy_call(name):
+    """The sample of NumPy (or scipy.special) function `name`, per element, on the
+    operands OPERANDS names."""
+    module, _, attribute = name.rpartition(".")
+    function = getattr({"np": np, "scipy.special": scipy.special}.get(module), attribute, None)
+    if function is None:
+        raise ValueError(f"numpy_calls: {name!r} is not a NumPy or scipy.special "
+                         "function (an op declares the functions its statement calls)")
+
+    def build(bench, elements, _):
+        x, y, out = operands(bench, elements)
         if name == "np.copyto":          # copyto(dst, src), not a ufunc
-            timed[name] = lambda: np.copyto(out, x)
-            continue
-        module, _, attribute = name.rpartition(".")
-        function = getattr({"np": np, "scipy.special": scipy.special}.get(module), attribute,
-                           None)
-        if function is None:
-            raise ValueError(f"numpy_calls: {name!r} is not a NumPy or scipy.special "
-                             "function (an op declares the functions its statement calls)")
-        operands = [{"x": x, "y": y}.get(a, a) for a in
-                    OPERANDS.get(name, ("x", "y")[:function.nin])]
-        timed[name] = functools.partial(function, *operands, out=out)
-    return timed
+            return Timing(functools.partial(np.copyto, out, x), elements)
+        args = [{"x": x, "y": y}.get(a, a) for a in OPERANDS.get(name, ("x", "y")[:function.nin])]
+        return Timing(functools.partial(function, *args, out=out), elements)
+    return build
+
+
+def cast_multiply(bench, elements, _):
+    """A mask times floats: far slower per element than plain arrays."""
+    x, y, out = operands(bench, elements)
+    mask = x > 0
+    return Timing(lambda: np.multiply(mask, y, out=out), elements)
+
+
+def trailing_multiply(bench, elements, row):
+    """A multiply by a value a row: NumPy's inner loop runs over one row (R-MAT 100K in a
+    fused block, 0.83 ns an element for rows of 4 and 0.33 for rows of 16)."""
+    x, y, out = operands(bench, elements)
+    column = y[:elements // row].reshape(-1, 1)
+    return Timing(functools.partial(np.multiply, column, x.reshape(-1, row),
+                                    out=out.reshape(-1, row)), elements)
+
+
+def bias_add(bench, elements, row):
+    """A row added to every row, the inner loop again over one row."""
+    x, y, out = operands(bench, elements)
+    return Timing(functools.partial(np.add, x.reshape(-1, row), y[:row].copy(),
+                                    out=out.reshape(-1, row)), elements)
+
+
+# Scalar rates, each of one call.
+def dense_operands(bench):
+    """(a, w, narrow, grad, out): a layer's input, weights, output and weight gradient."""
+    rows, width = (20000, 32) if bench.quick else (200000, 64)
+    a = bench.normal("dense input", (rows, width))
+    return bench.made("dense", lambda: (a, bench.rng.standard_normal((width, 16), np.float32),
+                                        np.empty((rows, 16), np.float32),
+                                        np.empty((width, 16), np.float32), np.empty_like(a)))
+
+
+def layer_product(bench):
+    """A layer's product and its weight gradient: 2 * 2 * rows * width * 16 flops."""
+    a, w, narrow, grad, _ = dense_operands(bench)
+    return Timing(lambda: (np.dot(a, w, out=narrow), np.dot(a.T, narrow, out=grad)),
+                  4 * a.shape[0] * a.shape[1] * 16)
+
+
+def on_dense(call, items):
+    """The sample of `call(a, out, seed)` over a layer's input `a`: `items(a)` items."""
+    def build(bench):
+        a, *_, out = dense_operands(bench)
+        return Timing(functools.partial(call, a, out, bench.seed), items(a))
+    return build
+
+
+def segment_ids(bench):
+    """A group's segment ids, block by block, over an R-MAT graph's degrees (zeros and
+    hubs)."""
+    g = GraphPoint(bench, bench.tables[0], 4)
+    return Timing(lambda: [g.K.segment_ids(g.indptr[v0:v1 + 1] - p0, v0)
+                           for v0, v1, p0, _ in g.blocks], g.edges)
+
+
+def by_head(bench):
+    """Per-head copies of a node table larger than the last-level cache, as GAT's are
+    (R-MAT 100K, 8 heads of 8 floats: 26 MB): a copy of 13 MB ran twice as fast a byte."""
+    K = _kernels()
+    rows = 20000 // 4 if bench.quick else 200000
+    heads = bench.rng.standard_normal((rows, 8, 8), dtype=np.float32)
+    copies = np.empty((8, rows, 8), np.float32)
+    return Timing(functools.partial(K.by_head, heads, 8, copies), 2 * heads.nbytes)
+
+
+def one_point(quick):
+    return [()]
+
+
+# The calibration table: what is timed, at which points, from which cache state, and how
+# it is fitted (Sample). A fused group's graph kernels are timed from a cold cache and
+# again warm ("cold+warm": numpy_plan decides which a statement finds, by the bytes the
+# step moved since its table was written). (Warmed only by the timing before, whose own
+# table took its place, a block's product at R-MAT 100K, rows of 16 floats, ran at 5.7
+# ns an edge, 4.1 on a table just written.) An exchange's copies and the dense
+# reductions read what the statement before them wrote. A fused block's element-wise
+# statements and its segment ids read what the block wrote just before: timed warm
+# ("block", "warm"). (Timed after the larger size's, a mask's multiply ran at 0.51 ns an
+# element, 0.19 warm; the segment ids, cold 1.22 ns an edge, warm 1.06, in GAT's groups
+# at R-MAT 500K 0.8.) Each NumPy function an op declares is a row as well (`samples`).
+SAMPLES = (
+    Sample("flops", one_point, layer_product, fit="rate"),
+    Sample("memory_bandwidth", one_point, on_dense(
+        lambda a, out, _: np.add(a, a, out=out), lambda a: 3 * a.nbytes), fit="rate"),
+    Sample("transcendental_rate", one_point, on_dense(
+        lambda a, out, _: np.exp(a, out=out), lambda a: a.size), fit="rate"),
+    Sample("dropout_rate", one_point, on_dense(
+        lambda a, out, seed: philox.dropout(a, seed, 0, 0.5, out), lambda a: a.size),
+        fit="rate"),
+    Sample("repeat_rate", one_point, segment_ids, "warm", fit="rate"),
+    Sample("transpose_rate", one_point, by_head, fit="rate"),
+    Sample("take", every_table, on_graph(take), "cold+warm"),
+    Sample("spmm", every_table, on_graph(spmm), "cold+warm"),
+    Sample("out_take", every_table, on_graph(take, csr="out"), "cold+warm"),
+    Sample("out_spmm", every_table, on_graph(spmm, csr="out"), "cold+warm"),
+    Sample("pick", every_table, on_graph(pick)),
+    Sample("place", every_table, on_graph(place)),
+    Sample("segment", first_table, on_graph(segment, seed=2), "cold+warm"),
+    Sample("segment_sum", first_table,
+           on_graph(functools.partial(segment, reduce="sum"), seed=2), "cold+warm"),
+    Sample("fancy", first_table, on_graph(fancy, seed=2)),
+    Sample("take_sorted", first_table, on_graph(take_sorted, seed=2), "cold+warm"),
+    Sample("row_sum", first_table, on_graph(row_sum, seed=2)),
+    Sample("column_sum", first_table, on_graph(column_sum, seed=2)),
+    Sample("log_softmax", first_table, on_graph(log_softmax, seed=2)),
+    Sample("matmul", product_points, product, fit="capped"),
+    Sample("matmul_t", product_points, functools.partial(product, gradient=True),
+           fit="capped"),
+    Sample("keep_bits", function_points, keep_bits),
+    Sample("keep_rows", keyed_points, keep_rows, fit=None),
+    Sample("keep_span", keyed_points, keep_span, fit=None),
+    Sample("np.multiply@cast", function_points, cast_multiply, "block"),
+    Sample("np.multiply@trailing", row_points, trailing_multiply, "block"),
+    Sample("np.add@bias", row_points, bias_add, "block"),
+    Sample("busy", every_table, busy_block, rounds=BUSY_ROUNDS),
+    Sample("out_busy", every_table, functools.partial(busy_block, csr="out"),
+           rounds=BUSY_ROUNDS),
+)
+
+
+def first_reads_unit(timing, *point):
+    return first_reads_per_edge(timing.distinct, timing.items)
+
+
+# A keyed dropout's picking, per element, beyond drawing its ids' span; a light busy
+# block's first reads of its rows, as a quiet one's ("_touch", first_reads).
+DERIVED = (Derived("keep_select", "keep_rows", "keep_span", "keep_rows",
+                   lambda timing, span, width: width),) + tuple(
+    Derived(prefix + name + "_light_touch", prefix + name + "_light",
+            prefix + name + "_light_steady", prefix + "busy", first_reads_unit)
+    for prefix in ("", "out_") for name in LIGHT_FIRST_READS)
+
+
+def samples():
+    """The calibration table: SAMPLES and a row for each NumPy function an op declares."""
+    return SAMPLES + tuple(Sample(name, function_points, numpy_call(name), "block")
+                           for name in declared_functions())
+
+
+def derived(rows, timings, quick):
+    """DERIVED and, for each row timed cold and warm whose reads touch rows at random
+    (`Timing.distinct`), its first reads' cost ("_touch"): beyond its warm cost, per
+    first_reads of the rows it touches."""
+    return DERIVED + tuple(
+        Derived(row.name + "_touch", row.name, row.name + "_warm", row.name,
+                first_reads_unit) for row in rows if row.state == "cold+warm" and
+        timings[(row.name,) + tuple(row.points(quick)[0])].distinct is not None)
+
+
+def time_samples(rows, bench, rounds):
+    """({figure key: fastest seconds}, {key: Timing}) of the table's `rows`: each built at
+    each of its points (`(name, *point)`, a rate's `name`) and timed by `_fastest`, every
+    timing prepared as its row's `state` says, in rounds of its row's count."""
+    timings, before, by_rounds = {}, {}, {rounds: {}}
+    small = FUNCTION_SIZES[bench.quick][0]
+    for row in rows:
+        for point in row.points(bench.quick):
+            key = (row.name,) + tuple(point) if point else row.name
+            timing = timings[key] = row.build(bench, *point)
+            group = by_rounds.setdefault(row.rounds or rounds, {})
+            group[key] = timing.run
+            if row.state in ("cold", "cold+warm"):
+                before[key] = flush_cache
+            if row.state == "warm" or row.state == "block" and point[0] == small:
+                before[key] = timing.run
+            if row.state == "cold+warm":
+                warm = (row.name + "_warm",) + tuple(point)
+                timings[warm], group[warm] = timing, timing.run
+                before[warm] = functools.partial(np.multiply, timing.table, 1,
+                                                 out=timing.table)
+    best = {}
+    for count, group in by_rounds.items():
+        best.update(_fastest(group, count, before))
+    return best, timings
+
+
+def per_item(rows, bench, rounds):
+    """({figure key: seconds per item}, {rate: items per second}) of the table's `rows`,
+    timed (`time_samples`), with the figures derived from theirs (`derived`)."""
+    best, timings = time_samples(rows, bench, rounds)
+    rates = {row.name: timings[row.name].items / best.pop(row.name) for row in rows
+             if row.fit == "rate"}
+    figures = {key: seconds / timings[key].items if key in timings else seconds
+               for key, seconds in best.items()}
+    points = {row.name: row.points(bench.quick) for row in rows}
+    for figure in derived(rows, timings, bench.quick):
+        if figure.sample in points:
+            excess(figures, figure.name, figure.dearer, figure.cheaper,
+                   {point: figure.unit(timings[(figure.sample,) + point], *point)
+                    for point in points[figure.sample]})
+    return figures, rates
 
 
 def measure(quick=False, seed=0):
-    """({scalar rate: value}, {primitive: Curve}) for this machine."""
-    from ..transformers.numpy import kernels as K
-    rng = np.random.default_rng(seed)
-    rows, width = (20000, 32) if quick else (200000, 64)
-    rounds = 3 if quick else 5
-    a = rng.standard_normal((rows, width), dtype=np.float32)
-    w = rng.standard_normal((width, 16), dtype=np.float32)
-    narrow = np.empty((rows, 16), np.float32)
-    grad = np.empty_like(w)
-    out = np.empty_like(a)
-    # A group's segment ids, block by block, over an R-MAT graph's degrees (zeros and hubs).
-    _, tables, edges = graph_sizes(quick)
-    indptr, _ = rmat_block(tables[0], edges, seed=1)
-    blocks = alone_blocks(indptr, 4, quick)
-    scalars = {
-        # A layer's product and its weight gradient: 2 * 2 * rows * width * 16 flops.
-        "flops": (lambda: (np.dot(a, w, out=narrow), np.dot(a.T, narrow, out=grad)),
-                  4 * rows * width * 16),
-        "memory_bandwidth": (lambda: np.add(a, a, out=out), 3 * a.nbytes),
-        "transcendental_rate": (lambda: np.exp(a, out=out), a.size),
-        "dropout_rate": (lambda: philox.dropout(a, seed, 0, 0.5, out), a.size),
-        "repeat_rate": (lambda: [K.segment_ids(indptr[v0:v1 + 1] - p0, v0)
-                                 for v0, v1, p0, _ in blocks], int(indptr[-1])),
-    }
-    # Per-head copies of a node table larger than the last-level cache, as GAT's are
-    # (R-MAT 100K, 8 heads of 8 floats: 26 MB): a copy of 13 MB ran twice as fast a byte.
-    heads = rng.standard_normal((rows // 4 if quick else rows, 8, 8), dtype=np.float32)
-    by_head = np.empty((8, len(heads), 8), np.float32)
-    scalars["transpose_rate"] = (lambda: K.by_head(heads, 8, by_head), 2 * heads.nbytes)
-    graph, reads, touched = graph_timings(quick, rng)
-    # A fused group's primitives timed twice: on tables the cache no longer holds, and
-    # warm ("_warm"), as a table written by the statement before is read (numpy_plan
-    # decides which by the bytes the step moved since): right after writing the table.
-    # (Warmed only by the timing before, whose own table took its place, a block's
-    # product at R-MAT 100K, rows of 16 floats, ran at 5.7 ns an edge, 4.1 on a table
-    # just written.) An exchange's copies and the dense reductions read what the
-    # statement before them wrote: warm.
-    cold = {key: flush_cache for key in reads}
-    warm_tables = {}
-    for (name, *at), table in reads.items():
-        graph[(name + "_warm", *at)] = graph[(name, *at)]
-        warm_tables[(name + "_warm", *at)] = functools.partial(np.multiply, table, 1,
-                                                                 out=table)
-    products, sizes = product_timings(quick, rng)
-    functions = function_timings(quick, rng)
-    keeps = keep_timings(quick, rng)
-    measured = {**graph, **products, **functions, **keeps}
-    products_names = {key[0] for key in products}
-    timings = {key: run for key, (run, _) in {**scalars, **measured}.items()}
-    # The functions at the smaller size stand for a fused block's statements, which read
-    # what the block wrote just before: timed warm. (Timed after the larger size's, a
-    # mask's multiply ran at 0.51 ns an element, 0.19 warm.) So do a block's segment ids,
-    # from the bounds it just sliced (timed cold, 1.22 ns an edge; warm, 1.06; in GAT's
-    # groups at R-MAT 500K, 0.8).
-    warm_functions = {key: timings[key] for key in functions
-                      if key[1] == FUNCTION_SIZES[quick][0]}
-    warm_functions["repeat_rate"] = timings["repeat_rate"]
-    best = _fastest(timings, rounds, before={**cold, **warm_tables, **warm_functions})
-    rates = {key: items / best[key] for key, (_, items) in scalars.items()}
+    """({scalar rate: value}, {primitive: Curve}) for this machine: the calibration table
+    (`samples`) timed, the curves fitted."""
+    rows, rounds = samples(), 3 if quick else 5
+    figures, rates = per_item(rows, Bench(quick, seed), rounds)
     rates["call_overhead"] = call_overhead(rounds)
-    per_item = {key: best[key] / items for key, (_, items) in measured.items()}
-    # A cold table's reads cost their warm cost plus the first reads of its rows
-    # ("_touch": seconds per first_reads of the sample).
-    for (name, rows, w), distinct in touched.items():
-        excess(per_item, name + "_touch", name, name + "_warm",
-               {(rows, w): first_reads_per_edge(distinct, graph[name, rows, w][1])})
-    # A keyed dropout's picking, per element, beyond drawing its ids' span.
-    excess(per_item, "keep_select", "keep_rows", "keep_span",
-           {key[1:]: key[2] for key in keeps if key[0] == "keep_rows"})
-    per_item.update(busy_blocks(quick, rng))
-    drawn_whole = ("keep_rows", "keep_span")
-    return rates, fit_curves({key: seconds for key, seconds in per_item.items()
-                              if key[0] not in drawn_whole}, capped=products_names)
+    fits = {row.name: row.fit for row in rows}
+    return rates, fit_curves({key: seconds for key, seconds in figures.items()
+                              if fits.get(key[0], "curve") is not None},
+                             capped={name for name, fit in fits.items() if fit == "capped"})
 
 
 def fit_curves(figures, capped=()):
