@@ -607,7 +607,7 @@ def test_calibration_times_a_blocks_statements_warm_and_its_tables_cold(monkeypa
     class Prepared(Exception):
         pass
 
-    def record(timings, rounds, before):
+    def record(timings, rounds, before, warm_up=True):
         raise Prepared(timings, before)
 
     monkeypatch.setattr(simulate.calibration, "_fastest", record)
@@ -640,9 +640,8 @@ def test_busy_blocks_time_every_configuration_once_a_round(monkeypatch):
     monkeypatch.setattr(calibration, "_run_busy", run_busy)
     rows = [row for row in calibration.SAMPLES if row.name in ("busy", "out_busy")]
     best, _ = calibration.per_item(rows, calibration.Bench(True), 3)
-    rounds = calibration.BUSY_ROUNDS + 1          # after a warm-up round
-    per_round = len(runs) // rounds
-    assert runs == runs[:per_round] * rounds
+    per_round = len(runs) // calibration.BUSY_ROUNDS
+    assert runs == runs[:per_round] * calibration.BUSY_ROUNDS
     _, tables, edges = calibration.graph_sizes(True)
     in_csr = ((tables[0], 1), True)
     last = len(runs) - per_round + runs[:per_round].index(in_csr + (True,))
@@ -873,7 +872,7 @@ def test_calibration_times_every_numpy_function_the_ops_declare(monkeypatch):
     class Timed(Exception):
         pass
 
-    def record(timings, rounds, before):
+    def record(timings, rounds, before, warm_up=True):
         raise Timed(timings)
 
     monkeypatch.setattr(simulate.calibration, "_fastest", record)

@@ -53,9 +53,9 @@ def default_profile_path():
     return os.path.join(root, "profile.json")
 
 
-def _fastest(timings, rounds, before=None):
+def _fastest(timings, rounds, before=None, warm_up=True):
     """{key: fastest seconds} of `timings` ({key: function}), run in `rounds` rounds of
-    one call each (after a warm-up round): a busy moment on a shared machine then slows
+    one call each (after a warm-up round, with `warm_up`): a busy moment on a shared machine then slows
     one call of every primitive, not every call of one. `before` ({key: function}) is
     called, untimed, right before each timing of its key: to flush the cache
     (`flush_cache`), or to put what the key reads into it (the timing before may have
@@ -63,14 +63,14 @@ def _fastest(timings, rounds, before=None):
     its `Figures`: each its fastest, under its own key."""
     before = before or {}
     best = {}
-    for round_ in range(rounds + 1):
+    for round_ in range(rounds + warm_up):
         for key, run in timings.items():
             if key in before:
                 before[key]()
             start = time.perf_counter()
             figures = run()
             took = time.perf_counter() - start
-            if round_:
+            if round_ >= warm_up:
                 for name, seconds in (figures.items() if isinstance(figures, Figures)
                                       else [(key, took)]):
                     best[name] = min(best.get(name, float("inf")), seconds)
@@ -244,7 +244,8 @@ class Sample(NamedTuple):
               size, a fused block's, else as left); None (as the timing before left it)
       fit     "curve" (seconds per item over the points), "capped" (a curve made
               `monotone`), "rate", or None
-      rounds  the rounds it is timed in (None: the calibration's)
+      rounds  the rounds it is timed in (None: the calibration's), after a warm-up round
+              if `warm_up` (not a block loop's: each of its rounds flushes the cache)
     """
     name: str
     points: Callable
@@ -252,6 +253,7 @@ class Sample(NamedTuple):
     state: Optional[str] = None
     fit: Optional[str] = "curve"
     rounds: Optional[int] = None
+    warm_up: bool = True
 
 
 class Derived(NamedTuple):
@@ -268,7 +270,7 @@ class Derived(NamedTuple):
 class Bench:
     """What the samples' kernels run on, made once and shared by the rows that read it (as
     a step's statements share its tensors, and to hold the memory of one of each): the
-    R-MAT blocks, the random tables and the scratch buffers, by name."""
+    random tables, ids and scratch buffers, by name."""
 
     def __init__(self, quick, seed=0):
         self.quick, self.seed, self.rng = quick, seed, np.random.default_rng(seed)
@@ -296,8 +298,9 @@ class GraphPoint:
     """What a graph kernel reads at a point (table rows, row width) of its sample: an
     R-MAT block over a table of `rows` rows (`rmat_block`: its CSR `indptr`, the other
     ends' ids `cols`, the `distinct` rows they touch, and its `blocks` of a fused group's
-    byte budget), the node table `x` and the block's `edge_rows` (views of one random
-    buffer), and scratch for results (`out`, `taken`: a group's workspace)."""
+    byte budget), the node table `x` and the block's `edge_rows` (random, views of
+    buffers of the widest rows), and scratch for results (`out`, `taken`: a group's
+    workspace)."""
 
     def __init__(self, bench, rows, width, csr="in", seed=1):
         self.bench, self.rows, self.width, self.K = bench, rows, width, _kernels()
@@ -795,9 +798,9 @@ SAMPLES = (
     Sample("np.multiply@cast", function_points, cast_multiply, "block"),
     Sample("np.multiply@trailing", row_points, trailing_multiply, "block"),
     Sample("np.add@bias", row_points, bias_add, "block"),
-    Sample("busy", every_table, busy_block, rounds=BUSY_ROUNDS),
+    Sample("busy", every_table, busy_block, rounds=BUSY_ROUNDS, warm_up=False),
     Sample("out_busy", every_table, functools.partial(busy_block, csr="out"),
-           rounds=BUSY_ROUNDS),
+           rounds=BUSY_ROUNDS, warm_up=False),
 )
 
 
@@ -834,13 +837,13 @@ def time_samples(rows, bench, rounds):
     """({figure key: fastest seconds}, {key: Timing}) of the table's `rows`: each built at
     each of its points (`(name, *point)`, a rate's `name`) and timed by `_fastest`, every
     timing prepared as its row's `state` says, in rounds of its row's count."""
-    timings, before, by_rounds = {}, {}, {rounds: {}}
+    timings, before, by_rounds = {}, {}, {(rounds, True): {}}
     small = FUNCTION_SIZES[bench.quick][0]
     for row in rows:
         for point in row.points(bench.quick):
             key = (row.name,) + tuple(point) if point else row.name
             timing = timings[key] = row.build(bench, *point)
-            group = by_rounds.setdefault(row.rounds or rounds, {})
+            group = by_rounds.setdefault((row.rounds or rounds, row.warm_up), {})
             group[key] = timing.run
             if row.state in ("cold", "cold+warm"):
                 before[key] = flush_cache
@@ -852,8 +855,8 @@ def time_samples(rows, bench, rounds):
                 before[warm] = functools.partial(np.multiply, timing.table, 1,
                                                  out=timing.table)
     best = {}
-    for count, group in by_rounds.items():
-        best.update(_fastest(group, count, before))
+    for (count, warm_up), group in by_rounds.items():
+        best.update(_fastest(group, count, before, warm_up))
     return best, timings
 
 
