@@ -883,3 +883,56 @@ def test_calibration_times_every_numpy_function_the_ops_declare(monkeypatch):
     declared = set(Exp.numpy_calls + Elu.numpy_calls + Softplus.numpy_calls)
     assert declared <= timed
     assert timed == set(simulate.calibration.declared_functions()) | {"np.multiply@cast"}
+
+
+def test_a_kind_of_sample_is_one_row_of_the_calibration_table(monkeypatch):
+    """A new kernel to calibrate is a row: its call on the data at a point, the points,
+    the cache state and the fit; the generic routines time it (cold, and warm as
+    "_warm"), divide by its items and fit its curve, and calibration times it with the
+    others."""
+    calibration = simulate.calibration
+
+    def segment_min(g):
+        return calibration.Timing(
+            lambda: [g.K.segment_reduce(g.edge_rows[p0:p1], g.indptr[v0:v1 + 1] - p0, "min",
+                                        g.out[v0:v1]) for v0, v1, p0, p1 in g.blocks],
+            g.edges, g.edge_rows)
+    row = calibration.Sample("segment_min", calibration.first_table,
+                             calibration.on_graph(segment_min, seed=2), "cold+warm")
+    figures, rates = calibration.per_item([row], calibration.Bench(True), 1)
+    widths, tables, _ = calibration.graph_sizes(True)
+    assert set(figures) == {(name, tables[0], w) for name in ("segment_min", "segment_min_warm")
+                            for w in widths}
+    assert all(seconds > 0 for seconds in figures.values()) and rates == {}
+    assert list(calibration.fit_curves(figures)["segment_min"].widths) == list(widths)
+
+    class Timed(Exception):
+        pass
+
+    def record(timings, rounds, before, warm_up=True):
+        raise Timed(timings, before)
+
+    monkeypatch.setattr(calibration, "SAMPLES", calibration.SAMPLES + (row,))
+    monkeypatch.setattr(calibration, "_fastest", record)
+    with pytest.raises(Timed) as caught:
+        calibration.measure(quick=True)
+    timings, before = caught.value.args
+    assert ("segment_min", tables[0], widths[0]) in timings
+    assert before["segment_min", tables[0], widths[0]] is calibration.flush_cache
+
+
+def test_an_op_is_priced_by_the_work_it_declares():
+    """The simulator asks the op: an op declaring the kernels its statement runs
+    (`Op.work`) is priced as those kernels, with nothing about it in the simulator."""
+    from ngnn.op_graph import Op
+    from ngnn.op_graph.work import Work
+
+    class Lookup(Op):
+        work = (Work("take", 1000, 4, 500), Work("pass", 4000, moved=32000, calls=2))
+
+        def __init__(self, x):
+            super().__init__([x], shape=(1000, 4), dtype=np.float32)
+    device = simulate.Device(**DEVICE, curves={"take": simulate.Curve([500], [4], [[2e-9]])})
+    cost = simulate.cost.work(Lookup(Placeholder((500, 4), np.float32)), device, topology())
+    assert cost.seconds == pytest.approx(1000 * 2e-9 + 32000 / DEVICE["memory_bandwidth"])
+    assert (cost.calls, cost.bytes) == (3, 1000 * 16 + 32000)
