@@ -313,11 +313,11 @@ class GraphPoint:
         self.x = _view(bench.normal(("nodes", csr, seed), rows * top), (rows, width))
         self.out = _view(bench.scratch("out", most * top), (len(self.indptr) - 1, width))
         self.taken = bench.scratch("taken", bench.edges * top)
-        self._where = csr, seed
+        self.where = csr, seed
 
     @functools.cached_property
     def edge_rows(self):
-        values = self.bench.normal(("edge values",) + self._where,
+        values = self.bench.normal(("edge values",) + self.where,
                                    self.edges * self.bench.widths[-1])
         return _view(values, (self.edges, self.width))
 
@@ -383,13 +383,13 @@ def segment(g, reduce="max"):
 
 
 def fancy(g):
-    order = g.bench.made(("order", g.rows), lambda: g.bench.rng.permutation(g.edges))
+    order = g.bench.made(("order", g.rows) + g.where, lambda: g.bench.rng.permutation(g.edges))
     return Timing(lambda: g.edge_rows[order], g.edges)
 
 
 def take_sorted(g):
     """np.take of a node table's rows by the block's own ends (in order)."""
-    ends = g.bench.made(("ends", g.rows), lambda: g.K.segment_ids(g.indptr, 0))
+    ends = g.bench.made(("ends", g.rows) + g.where, lambda: g.K.segment_ids(g.indptr, 0))
     return Timing(lambda: [take_rows(g.x, ends[p0:p1], g.taken) for _, _, p0, p1 in g.blocks],
                   g.edges, g.x)
 
