@@ -19,6 +19,11 @@
         the trained variables and the test logits, how many graphs spanned ranks, and the
         programs generated after the first batch (on every rank). MODELS: a comma-separated
         subset of gin, gin_bn, gcn_mean (default all).
+    mpiexec -n 2 python tests/graph_ranks_driver.py bad-labels
+        rank 1 gives DistributedGraphTrainer one label too few; each rank prints the error
+        it raised.
+    mpiexec -n 2 python tests/graph_ranks_driver.py fail
+        DistributedGraphTrainer steps under run_on_ranks, rank 1 raising in its third.
 """
 import json
 import sys
@@ -215,8 +220,54 @@ def loader(backend, names="gin,gin_bn,gcn_mean"):
     return report
 
 
+def bad_labels():
+    """Rank 1 passes one label too few: every rank raises, naming rank 1, and says so."""
+    comm = dist.world()
+    data = datasets.load("mutag")
+    gb, x = data.batch(np.arange(12))
+    labels = data.labels[:12 if comm.Get_rank() != 1 else 11]
+    part = dist.partition(gb, comm.Get_size(), "cvc").part(comm.Get_rank())
+    model = models(data, np.float64)["gin"]()
+    try:
+        dist.DistributedGraphTrainer(model, gb, x.astype(np.float64), labels, part,
+                                     optimizer_for(model))
+    except ValueError as err:
+        print(f"rank {comm.Get_rank()} raised: {err}", flush=True)
+    comm.Barrier()
+
+
+def fail():
+    """Rank 1 raises in its third training step, under run_on_ranks (as `ngnn` runs)."""
+    from ngnn.distributed.launch import run_on_ranks
+    comm = dist.world()
+    rank = comm.Get_rank()
+    original = dist.DistributedGraphTrainer.step
+
+    def step(self):
+        if rank == 1 and self.train_step.calls == 2:
+            raise RuntimeError("injected failure in the third training step")
+        return original(self)
+
+    dist.DistributedGraphTrainer.step = step
+
+    def train_steps():
+        data = datasets.load("mutag")
+        gb, x = data.batch(np.arange(40))
+        part = dist.partition(gb, comm.Get_size(), "cvc").part(rank)
+        model = models(data, np.float64)["gin"]()
+        trainer = dist.DistributedGraphTrainer(model, gb, x.astype(np.float64),
+                                               data.labels[:40], part, optimizer_for(model))
+        for k in range(200):
+            print(f"step {k}: loss {trainer.step():.6f}", flush=True)
+        return 0
+
+    return run_on_ranks("graph training", train_steps)
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
+    if command in ("fail", "bad-labels"):
+        sys.exit({"fail": fail, "bad-labels": bad_labels}[command]())
     result = {"ops": ops, "train": train, "loader": loader}[command](*args)
     if dist.world().Get_rank() == 0:
         print(json.dumps(result))

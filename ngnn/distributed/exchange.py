@@ -187,6 +187,17 @@ class Exchange:
         self.seconds["allreduce"] += time.perf_counter() - start
         return result
 
+    # ---- checks every rank takes part in ----------------------------------------------------
+    def agree(self, what, problem):
+        """Collective: every rank says what is wrong with its input (a message, or None),
+        and when any rank has a problem every rank raises the same ValueError naming the
+        ranks and their problems. A rank that raised alone would leave the others waiting
+        in their next exchange forever."""
+        problems = self.comm.allgather(None if problem is None else str(problem))
+        bad = [f"on rank {r} of {self.size}: {p}" for r, p in enumerate(problems) if p]
+        if bad:
+            raise ValueError(f"{what}: " + "; ".join(bad))
+
     # ---- values outside the op-graph (metrics) --------------------------------------------
     def sum(self, values):
         """Sum over ranks of a small float64 array (losses, accuracy counts)."""
