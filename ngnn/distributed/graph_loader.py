@@ -27,7 +27,7 @@ import numpy as np
 
 import ngnn as ng
 from ngnn.graph_train import GraphTrainer
-from ngnn.op_graph import AllReduce
+from ngnn.op_graph import AllReduce, OneHot
 from ngnn.sampling.slot import GraphSlot
 
 from .exchange import Exchange, world
@@ -266,7 +266,7 @@ class DistributedGraphLoaderTrainer(GraphTrainer):
         """This rank's share of ng.cross_entropy(logits, labels, mask): its own graphs'
         terms over the count of the batch's graphs."""
         picked = ng.sum(ng.log_softmax(logits, axis=-1) *
-                        ng.op_graph.OneHot(self.y, logits.shape[1], dtype=logits.dtype),
+                        OneHot(self.y, logits.shape[1], dtype=logits.dtype),
                         axis=-1)
         weight = ng.cast(self.mask, logits.dtype)
         own = ng.constant(self.loader.slot.own_graphs.astype(logits.dtype), dtype=logits.dtype)
