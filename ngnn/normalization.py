@@ -12,8 +12,9 @@ and the padding rows of y are 0. The work is two ops of ngnn/op_graph/normalizat
 (BatchNormStats and BatchNormApply) with closed-form gradients: a few passes over the
 real rows each way, not the fifteen of an element-wise composition; nn.BatchNorm keeps the
 running statistics that evaluation uses. A whole batch (ng.Graph.batch, or a rank's part of
-one over ngnn.distributed) runs the ops' decompositions with its readouts as the column
-sums, so that chunked and distributed runs reduce them over row blocks and ranks.
+one or of a loader's slot over ngnn.distributed) runs the ops' decompositions with its
+readouts as the column sums (of the loaded graphs only, by the slot's graph_mask), so that
+chunked and distributed runs reduce them over row blocks and ranks.
 """
 import numpy as np
 
