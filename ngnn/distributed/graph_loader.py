@@ -130,15 +130,16 @@ class RankReadoutSlot(RankReadoutGraph):
 
     def __init__(self, num_masters, num_graphs, exchange):
         self.version = -1
-        self.load(np.full(num_masters, num_graphs - 1, np.int64), num_graphs, exchange)
+        self._place(np.full(num_masters, num_graphs - 1, np.int64), num_graphs, exchange)
 
-    def load(self, graph_ids, num_graphs=None, exchange=None):
+    def load(self, graph_ids):
         """Collective: every rank loads its share of the same batch (`holds` and
         `graph_sizes` are gathered from all)."""
-        num_graphs = self.num_dst if num_graphs is None else num_graphs
-        exchange = self.exchange if exchange is None else exchange
+        self._place(graph_ids, self.num_dst, self.exchange)
+
+    def _place(self, graph_ids, num_graphs, exchange):
         version = self.version + 1
-        self.__dict__.clear()
+        self.__dict__.clear()         # as GraphSlot's: nothing derived from old edges stays
         RankReadoutGraph.__init__(self, graph_ids, num_graphs, exchange)
         self.version = version
 
