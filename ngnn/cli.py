@@ -127,7 +127,6 @@ def cmd_train_graph(args):
     paper's protocol (ngnn/graph_train.py); the last line is the accuracy, mean ± std over
     folds at the epoch where the mean is best."""
     from ngnn import datasets
-    from ngnn import transformers as ngt
     from ngnn.graph_train import cross_validate, summarize
     if args.task != "graph" or args.dataset not in graph_dataset_choices():
         raise ValueError(f"{args.dataset} is a {'graph' if args.task == 'node' else 'node'}-"
@@ -146,12 +145,13 @@ def cmd_train_graph(args):
           f"{args.lr} times {args.lr_gamma} every {args.lr_step} epochs, weight decay "
           f"{args.weight_decay}, {args.epochs} epochs, batches of {batch_size} graphs, "
           f"{args.folds}-fold cross-validation ({source}), backend {args.backend}")
-    transformer = ngt.make_transformer(args.backend,
-                                       wide_accumulation=not args.float32_sums)
+    transformer = run_transformer(args)      # chunked under --memory-budget, slot and all
     try:
         trainer = make_graph_trainer(args, data, transformer)
         curves = cross_validate(trainer, folds, args.epochs,
                                 progress=not args.no_progress)
+        if getattr(args, "memory_budget", None):
+            print(chunking(trainer.train_step))
     finally:
         transformer.close()
     for k, curve in enumerate(curves):

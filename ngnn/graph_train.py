@@ -27,32 +27,55 @@ class GraphTrainer:
     up to `batch_size` graphs (a GraphLoader's) with Adam (`lr`, `weight_decay`), its rate
     decayed by `schedule` (an optim.StepLR; the GIN paper's halves it every 50 epochs) or
     constant (None); `seed` fixes the batch order and the dropout masks. Pass
-    `transformer=` to share one, else `backend` names a new one."""
+    `transformer=` to share one, else `backend` names a new one; `optimizer=` (an
+    ngnn.optim optimizer of model.parameters()) replaces Adam and its three arguments."""
 
     def __init__(self, model, data, batch_size=32, lr=0.01, weight_decay=0.0,
-                 backend="numpy", transformer=None, seed=0, schedule=None):
+                 backend="numpy", transformer=None, seed=0, schedule=None, optimizer=None):
         from ngnn.op_graph import seed_dropout
         self.model, self.data, self.seed = model, data, seed
         self.transformer = transformer or ngt.make_transformer(backend)
-        self.loader = GraphLoader(data, batch_size=batch_size, seed=seed,
-                                  self_loops=model.self_loops)
+        self.loader = self.make_loader(GraphLoader(data, batch_size=batch_size, seed=seed,
+                                                   self_loops=model.self_loops))
         slot = self.loader.slot
         dtype = model.parameters()[0].dtype
         self.x = ng.placeholder(self.loader.features.shape, dtype=dtype, name="batch_features")
         self.y = ng.placeholder((slot.num_graphs,), dtype=np.int64, name="graph_labels")
         self.mask = slot.graph_mask
-        self.optimizer = optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay,
-                                    schedule=schedule)
-        self.loss = ng.cross_entropy(model(slot.graph, self.x, slot, training=True), self.y,
-                                     self.mask)
-        updates = self.optimizer.updates(self.loss) + model.state_updates()
+        self.optimizer = optimizer or optim.Adam(model.parameters(), lr=lr,
+                                                 weight_decay=weight_decay, schedule=schedule)
+        self.loss = self.training_loss(model(slot.graph, self.x, slot, training=True))
+        state = model.state_updates()
+        self.place([self.loss] + state)
+        updates = self.optimizer.updates(self.loss, reduce=self.gradient_reduction()) + state
         seed_dropout([self.loss] + updates, seed)
         self.train_step = self.transformer.computation(
             [self.loss] + updates, self.x, self.y, self.mask, name="graph_train_step")
-        self.logits = self.transformer.computation(
-            model(slot.graph, self.x, slot, training=False), self.x, name="graph_logits")
+        evaluation = model(slot.graph, self.x, slot, training=False)
+        self.place([evaluation])
+        self.logits = self.transformer.computation(evaluation, self.x, name="graph_logits")
         self.variables = model.parameters() + model.buffers() + \
             [v for _, v in self.optimizer.named_state()]
+
+    # ---- hooks of training over ranks (ngnn.distributed.DistributedGraphLoaderTrainer) ----
+    def make_loader(self, loader):
+        """What batches feed the computations: here the GraphLoader itself."""
+        return loader
+
+    def training_loss(self, logits):
+        return ng.cross_entropy(logits, self.y, self.mask)
+
+    def place(self, results):
+        """Rewrites the graph of `results` for where it runs: here, nowhere else."""
+
+    def gradient_reduction(self):
+        """What maps each raw weight gradient (optimizer `reduce=`): nothing here."""
+        return None
+
+    def step(self):
+        """One training step on the loaded batch; its loss."""
+        loader = self.loader
+        return float(self.train_step(self.features(), loader.labels, loader.mask)[0])
 
     def reset(self):
         """Every parameter, buffer and optimizer state back to its initial value."""
@@ -65,8 +88,7 @@ class GraphTrainer:
         loader, total = self.loader, 0.0
         self.optimizer.start_epoch(self.transformer, epoch)
         for ids in loader.batches(epoch, indices):
-            loss = self.train_step(self.features(), loader.labels, loader.mask)[0]
-            total += float(loss) * ids.size
+            total += self.step() * ids.size
         return total / len(indices)
 
     def predict(self, indices):

@@ -12,8 +12,9 @@ and the padding rows of y are 0. The work is two ops of ngnn/op_graph/normalizat
 (BatchNormStats and BatchNormApply) with closed-form gradients: a few passes over the
 real rows each way, not the fifteen of an element-wise composition; nn.BatchNorm keeps the
 running statistics that evaluation uses. A whole batch (ng.Graph.batch, or a rank's part of
-one over ngnn.distributed) runs the ops' decompositions with its readouts as the column
-sums, so that chunked and distributed runs reduce them over row blocks and ranks.
+one or of a loader's slot over ngnn.distributed) runs the ops' decompositions with its
+readouts as the column sums (of the loaded graphs only, by the slot's graph_mask), so that
+chunked and distributed runs reduce them over row blocks and ranks.
 """
 import numpy as np
 
@@ -34,14 +35,20 @@ def batch_norm(x, weight, bias, eps=1e-5, batch=None):
                          f"{x.shape}, {weight.shape}, {bias.shape}")
     if eps <= 0:
         raise ValueError(f"batch_norm: eps must be positive, got {eps}")
-    live = _live_rows(x, batch)
+    live = None if getattr(batch, "spans_ranks", False) else _live_rows(x, batch)
     if batch is not None and live is None:
-        # A whole batch (ng.Graph.batch, or a rank's part of one): the statistics' column
-        # sums are sums of its readouts, which chunked runs combine over row blocks and
-        # distributed ones over ranks (a rank holds only its own rows). The ops'
-        # decompositions with those sums, differentiated as the ops they are made of.
+        # A whole batch (ng.Graph.batch, or a rank's part of one or of a loader's slot):
+        # the statistics' column sums are sums of its readouts, which chunked runs combine
+        # over row blocks and distributed ones over ranks (a rank holds only its own rows).
+        # The ops' decompositions with those sums, differentiated as the ops they are made
+        # of. A slot's graph_mask leaves its padding graph out.
+        mask = getattr(batch, "graph_mask", None)
+
         def row_sum(t):
-            return ng.sum(ng.readout(t, batch, "sum"), axis=0)
+            pooled = ng.readout(t, batch, "sum")
+            if mask is not None:
+                pooled = pooled * ng.reshape(ng.cast(mask, pooled.dtype), (mask.shape[0], 1))
+            return ng.sum(pooled, axis=0)
         stats = BatchNormStats(x).decomposition(row_sum)
         y = BatchNormApply(x, stats, weight, bias, eps=eps).decomposition()
         count = ng.maximum(row_sum(ng.constant(np.ones((x.shape[0], 1)), dtype=x.dtype)), 1.0)

@@ -203,7 +203,7 @@ def load_dataset(args):
 
 
 def run_transformer(args):
-    """The transformer of a node or link run: `args.backend`, with the debug_nans and
+    """The transformer of a node, graph or link run: `args.backend`, with the debug_nans and
     memory_budget options when given."""
     from ngnn import transformers as ngt
     options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")

@@ -10,6 +10,20 @@
         the largest relative differences of the trained variables, losses and logits.
         DTYPE float32 (default float64) trains in float32 with every order-dependent sum
         accumulated in float64 (wide_accumulation), on both sides.
+    mpiexec -n K python tests/graph_ranks_driver.py loader BACKEND [MODELS]
+        two epochs of GIN-0 (with and without batch norm) and the mean-readout GCN (Adam;
+        SGD with batch norm, as above) over
+        the minibatches of a GraphLoader (40 MUTAG graphs, batches of 8), each batch
+        partitioned over the K ranks (DistributedGraphLoaderTrainer), against GraphTrainer
+        in one process; reports the largest relative differences of the epochs' losses,
+        the trained variables and the test logits, how many graphs spanned ranks, and the
+        programs generated after the first batch (on every rank). MODELS: a comma-separated
+        subset of gin, gin_bn, gcn_mean (default all).
+    mpiexec -n 2 python tests/graph_ranks_driver.py bad-labels
+        rank 1 gives DistributedGraphTrainer one label too few; each rank prints the error
+        it raised.
+    mpiexec -n 2 python tests/graph_ranks_driver.py fail
+        DistributedGraphTrainer steps under run_on_ranks, rank 1 raising in its third.
 """
 import json
 import sys
@@ -156,8 +170,104 @@ def train(backend, dtype="float64"):
     return report
 
 
+def epochs_of(trainer, train_ids, test_ids):
+    """Two epochs: the losses, the variables, the test logits, and the programs generated
+    after the first batch (its step and an evaluation compiled)."""
+    loader = trainer.loader
+    next(loader.batches(0, train_ids))
+    trainer.step()
+    trainer.predict(test_ids)
+    compiled = trainer.transformer.compilations
+    losses = [trainer.train_epoch(train_ids, epoch) for epoch in range(2)]
+    trainer.reset()
+    losses = [trainer.train_epoch(train_ids, epoch) for epoch in range(2)]
+    variables = [trainer.transformer.variable_value(v)
+                 for v in trainer.model.parameters() + trainer.model.buffers()]
+    return (losses, variables, trainer.predict(test_ids),
+            trainer.transformer.compilations - compiled)
+
+
+def loader(backend, names="gin,gin_bn,gcn_mean"):
+    from ngnn.graph_train import GraphTrainer
+    comm = dist.world()
+    data = datasets.load("mutag")
+    train_ids, test_ids = np.arange(40), np.arange(40, 52)
+    report = {"graphs spanning ranks": 0}
+    for name in names.split(","):
+        make = models(data, np.float64)[name]
+        with transformer(backend, np.float64) as t:
+            model = make()
+            trainer = dist.DistributedGraphLoaderTrainer(model, data, batch_size=8, seed=5,
+                                                         transformer=t,
+                                                         optimizer=optimizer_for(model))
+            got = epochs_of(trainer, train_ids, test_ids)
+            spanning = 0
+            for ids in trainer.loader.batches(0, train_ids):
+                holds = trainer.loader.slot.readout_graph.holds[:, :ids.size]
+                spanning += int(np.sum(holds.sum(axis=0) > 1))
+        report["graphs spanning ranks"] = spanning
+        generated = comm.allgather(got[3])
+        if comm.Get_rank() == 0:
+            with transformer(backend, np.float64) as t:
+                model = make()
+                want = epochs_of(GraphTrainer(model, data, batch_size=8, seed=5, transformer=t,
+                                              optimizer=optimizer_for(model)),
+                                 train_ids, test_ids)
+            report[name] = {"loss": relative(got[0], want[0]),
+                            "variables": max(relative(a, b) for a, b in zip(got[1], want[1])),
+                            "logits": relative(got[2], want[2]),
+                            "generated after the first batch": max(generated)}
+    return report
+
+
+def bad_labels():
+    """Rank 1 passes one label too few: every rank raises, naming rank 1, and says so."""
+    comm = dist.world()
+    data = datasets.load("mutag")
+    gb, x = data.batch(np.arange(12))
+    labels = data.labels[:12 if comm.Get_rank() != 1 else 11]
+    part = dist.partition(gb, comm.Get_size(), "cvc").part(comm.Get_rank())
+    model = models(data, np.float64)["gin"]()
+    try:
+        dist.DistributedGraphTrainer(model, gb, x.astype(np.float64), labels, part,
+                                     optimizer_for(model))
+    except ValueError as err:
+        print(f"rank {comm.Get_rank()} raised: {err}", flush=True)
+    comm.Barrier()
+
+
+def fail():
+    """Rank 1 raises in its third training step, under run_on_ranks (as `ngnn` runs)."""
+    from ngnn.distributed.launch import run_on_ranks
+    comm = dist.world()
+    rank = comm.Get_rank()
+    original = dist.DistributedGraphTrainer.step
+
+    def step(self):
+        if rank == 1 and self.train_step.calls == 2:
+            raise RuntimeError("injected failure in the third training step")
+        return original(self)
+
+    dist.DistributedGraphTrainer.step = step
+
+    def train_steps():
+        data = datasets.load("mutag")
+        gb, x = data.batch(np.arange(40))
+        part = dist.partition(gb, comm.Get_size(), "cvc").part(rank)
+        model = models(data, np.float64)["gin"]()
+        trainer = dist.DistributedGraphTrainer(model, gb, x.astype(np.float64),
+                                               data.labels[:40], part, optimizer_for(model))
+        for k in range(200):
+            print(f"step {k}: loss {trainer.step():.6f}", flush=True)
+        return 0
+
+    return run_on_ranks("graph training", train_steps)
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    result = {"ops": ops, "train": train}[command](*args)
+    if command in ("fail", "bad-labels"):
+        sys.exit({"fail": fail, "bad-labels": bad_labels}[command]())
+    result = {"ops": ops, "train": train, "loader": loader}[command](*args)
     if dist.world().Get_rank() == 0:
         print(json.dumps(result))

@@ -198,6 +198,22 @@ def test_cli_cross_validates_and_prints_the_papers_line(capsys):
     assert "lr 0.01 times 0.5 every 50 epochs" in "\n".join(lines)
 
 
+def test_cli_trains_graph_minibatches_under_a_memory_budget(capsys):
+    """`--memory-budget` chunks the loader's training step (its grid cut again per batch,
+    tests/test_readout_out_of_core.py checks the values) and cross-validates as without.
+    (In float32 the accuracies may differ by a graph: batch norm's statistics are
+    combined from float32 partials, and Adam turns the pre-norm biases' rounding-size
+    gradients into steps.)"""
+    from ngnn.cli import main
+    assert main(["train", "--task", "graph", "--model", "gin", "--dataset", "mutag", "--folds",
+                 "2", "--epochs", "2", "--hidden", "16", "--no-progress", "--memory-budget",
+                 "1M"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.match(r"memory budget: training step in \d+ x \d+ chunks .* device peak "
+                    r"0\.\d MiB of 1\.0 MiB", lines[2]), lines
+    assert re.fullmatch(r"test accuracy: \d+\.\d ± \d+\.\d \(2 folds\)", lines[-1]), lines
+
+
 def test_cli_takes_the_decay_and_rejects_bad_values(capsys):
     from ngnn.cli import main
     assert main(["train", "--task", "graph", "--dataset", "mutag", "--folds", "2", "--epochs",

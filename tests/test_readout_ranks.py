@@ -1,6 +1,8 @@
 """Readouts and graph classification over MPI ranks (docs/distributed.md, "Batches of
-graphs over ranks"): a batch of graphs partitioned by vertex, every graph spanning ranks,
-reads out and trains as one process does (float64, 1e-12)."""
+graphs over ranks" and "Minibatches of graphs over ranks"): a batch of graphs partitioned
+by vertex, every graph spanning ranks, reads out and trains as one process does (float64,
+1e-12), and so do a GraphLoader's minibatches, each partitioned over the ranks, compiled
+once per rank; bad input or a failure on one rank stops every rank with its name."""
 import json
 import os
 import subprocess
@@ -62,6 +64,49 @@ def test_float32_steps_over_ranks_with_wide_accumulation():
     assert max(report["gin_bn"].values()) < 1e-5, report
 
 
+@pytest.mark.parametrize("ranks,backend,models", [(2, "numpy", "gin,gin_bn,gcn_mean"),
+                                                   (3, "numpy", "gin,gin_bn,gcn_mean"),
+                                                   (2, "gpu", "gcn_mean")])
+def test_graph_minibatches_over_ranks_equal_the_single_process_loader(ranks, backend, models):
+    """DistributedGraphLoaderTrainer: the GraphLoader's batches of one process, each
+    partitioned over the ranks into a slot per rank. Two epochs (after a first batch and
+    an evaluation) give GraphTrainer's losses, weights, running statistics and test
+    logits, graphs spanning ranks included, and no rank generates a program after the
+    first batch."""
+    report = driver(ranks, "loader", backend, models)
+    assert report.pop("graphs spanning ranks") >= ranks + 1
+    assert set(report) == set(models.split(","))
+    for name, result in report.items():
+        assert result.pop("generated after the first batch") == 0, name
+        for what, difference in result.items():
+            assert difference < TOLERANCE, (name, what, difference)
+
+
+def run_driver(*args):
+    return subprocess.run([find_mpiexec(), "-n", "2", sys.executable, DRIVER, *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_input_on_one_rank_is_an_error_on_every_rank():
+    """Rank 1 gives DistributedGraphTrainer one label too few: both ranks raise, naming
+    rank 1 and the problem, before any exchange (none is left waiting)."""
+    done = run_driver("bad-labels")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert (f"rank {rank} raised: DistributedGraphTrainer: on rank 1 of 2: expected 12 "
+                "labels (one per graph of the batch), got shape (11,)") in done.stdout
+
+
+def test_failing_rank_stops_every_rank_in_graph_training():
+    """Rank 1 raises in its third training step; run_on_ranks names it and aborts every
+    rank, so rank 0, which would wait for it in the next exchange, ends too (the timeout
+    would fail the test) without training its 200 steps."""
+    done = run_driver("fail")
+    assert done.returncode != 0
+    assert "error on rank 1 of 2: injected failure in the third training step" in done.stderr
+    assert "step 1:" in done.stdout and "step 199:" not in done.stdout
+
+
 def mutag_batch(count=12):
     data = datasets.load("mutag")
     gb, x = data.batch(np.arange(count))
@@ -79,8 +124,13 @@ def test_bad_input_over_ranks_is_named():
         dist.RankBatch(other, part, exchange)
     model = nn.GINGraph(data.num_features, 4, data.num_classes, num_layers=2,
                         dtype=np.float64, batch_norm=False)
-    with pytest.raises(ValueError, match="expected 12 labels .* got shape \\(11,\\)"):
+    with pytest.raises(ValueError, match="on rank 0 of 1: expected 12 labels .* got shape "
+                                         "\\(11,\\)"):
         dist.DistributedGraphTrainer(model, gb, x, labels[:11], part,
+                                     optim.Adam(model.parameters()))
+    with pytest.raises(ValueError, match="expected features of 203 rows .* got shape "
+                                         "\\(202, 7\\)"):
+        dist.DistributedGraphTrainer(model, gb, x[:-1], labels, part,
                                      optim.Adam(model.parameters()))
     rank_batch = dist.RankBatch(gb, part, exchange)
     r = rank_batch.readout_graph

@@ -12,4 +12,5 @@ from .local_graph import LocalGraph, MasterView, RankReadoutGraph
 from .lowering import insert_communication
 from .trainer import DistributedTrainer
 from .graphs import DistributedGraphTrainer, RankBatch
+from .graph_loader import DistributedGraphLoaderTrainer, RankBatchSlot, RankGraphLoader
 from . import launch

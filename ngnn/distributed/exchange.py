@@ -67,6 +67,26 @@ class Exchange:
         self.seconds = {"sync": 0.0, "allreduce": 0.0}
         self._restricted = {}
 
+    @classmethod
+    def for_slot(cls, comm, num_masters):
+        """The exchange of a rank's slot for minibatches of graphs
+        (ngnn.distributed.graph_loader): `num_masters` master rows (the slot's), and no
+        exchange lists until `load` gives it a batch's."""
+        exchange = cls.__new__(cls)
+        exchange.comm = comm
+        exchange.rank, exchange.size = comm.Get_rank(), comm.Get_size()
+        exchange.num_masters = num_masters
+        exchange.bytes = {"sync": 0, "allreduce": 0}
+        exchange.seconds = {"sync": 0.0, "allreduce": 0.0}
+        exchange.load({}, {})
+        return exchange
+
+    def load(self, mirrors_from, masters_to):
+        """New exchange lists ({q: local rows}, as LocalPart's), for the next batch a
+        rank's slot loads; the plans restricted from the old ones are forgotten."""
+        self.mirrors_from, self.masters_to = dict(mirrors_from), dict(masters_to)
+        self._restricted = {}
+
     # ---- descriptions for the IR -------------------------------------------------------
     def describe(self, what):
         """The ranks an op of kind `what` involves, as IR attributes: a reduction receives
@@ -166,6 +186,17 @@ class Exchange:
         self.bytes["allreduce"] += send.nbytes
         self.seconds["allreduce"] += time.perf_counter() - start
         return result
+
+    # ---- checks every rank takes part in ----------------------------------------------------
+    def agree(self, what, problem):
+        """Collective: every rank says what is wrong with its input (a message, or None),
+        and when any rank has a problem every rank raises the same ValueError naming the
+        ranks and their problems. A rank that raised alone would leave the others waiting
+        in their next exchange forever."""
+        problems = self.comm.allgather(None if problem is None else str(problem))
+        bad = [f"on rank {r} of {self.size}: {p}" for r, p in enumerate(problems) if p]
+        if bad:
+            raise ValueError(f"{what}: " + "; ".join(bad))
 
     # ---- values outside the op-graph (metrics) --------------------------------------------
     def sum(self, values):

@@ -58,6 +58,24 @@ class RankBatch:
         return f"RankBatch({self.readout_graph!r})"
 
 
+def input_problem(batch, features, labels, part):
+    """What is wrong with a rank's input to DistributedGraphTrainer, or None."""
+    if getattr(batch, "graph_ids", None) is None:
+        return (f"expected a batch of graphs (ng.Graph.batch([...]) or GraphDataset.batch), "
+                f"got {batch!r}")
+    try:
+        part.check_graph(batch)
+    except ValueError as err:
+        return str(err)
+    if labels.shape != (batch.num_graphs,):
+        return (f"expected {batch.num_graphs} labels (one per graph of the batch), got shape "
+                f"{labels.shape}")
+    if getattr(features, "ndim", 0) != 2 or features.shape[0] != batch.num_nodes:
+        return (f"expected features of {batch.num_nodes} rows (one per vertex of the batch), "
+                f"got shape {getattr(features, 'shape', None)}")
+    return None
+
+
 class DistributedGraphTrainer:
     """Trains a graph model (nn.GINGraph, nn.GCNGraph) on one batch of graphs over the ranks
     of `part`'s partition: `features` and `labels` are the whole batch's (each rank feeds
@@ -68,11 +86,12 @@ class DistributedGraphTrainer:
     def __init__(self, model, batch, features, labels, part, optimizer, backend="numpy",
                  transformer=None, seed=0, comm=None):
         self.exchange = Exchange(comm if comm is not None else world(), part)
-        self.batch = rank_batch = RankBatch(batch, part, self.exchange)
         labels = np.asarray(labels)
-        if labels.shape != (batch.num_graphs,):
-            raise ValueError(f"DistributedGraphTrainer: expected {batch.num_graphs} labels "
-                             f"(one per graph of the batch), got shape {labels.shape}")
+        # Every rank checks its input before the first exchange, and all raise if one
+        # finds a problem.
+        self.exchange.agree("DistributedGraphTrainer",
+                            input_problem(batch, features, labels, part))
+        self.batch = rank_batch = RankBatch(batch, part, self.exchange)
         self.model, self.optimizer = model, optimizer
         self.transformer = transformer or ngt.make_transformer(backend)
         rows = features[rank_batch.masters]

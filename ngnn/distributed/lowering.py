@@ -27,7 +27,7 @@ import numpy as np
 
 from ngnn.frontend import lower_zoom_outs
 from ngnn.op_graph import (Aggregate, Constant, Divide, Dropout, EdgeSoftmax, Exp, Gather,
-                           MasterBroadcast, MirrorReduce, ReadoutAllReduce, SparseDropout,
+                           MasterBroadcast, Maximum, MirrorReduce, ReadoutAllReduce, SparseDropout,
                            StopGradient, Subtract, Variable, ordered_ops)
 
 from .local_graph import MasterView, RankReadoutGraph
@@ -78,6 +78,9 @@ def synced(op):
     whole = reduced(e, local, at, op.combiner.partial_combiner.name)
     if not op.combiner.divides:
         return whole
+    if op.graph.varies:      # a rank's slot: the whole degrees counted when run
+        ones = Constant(np.ones((local.num_edges,) + (1,) * (op.ndim - 1)), dtype=whole.dtype)
+        return whole * (1.0 / Maximum(reduced(ones, local, at, "sum"), 1.0))
     degrees = op.graph.vertex_degrees("in" if at == "dst" else "out")
     divisor = np.maximum(degrees, 1).astype(whole.dtype).reshape((-1,) + (1,) * (op.ndim - 1))
     return DegreeDivide(whole, Constant(divisor))
@@ -112,6 +115,11 @@ def readout_reduced(op):
     whole = ReadoutAllReduce(Aggregate(e, g, at="dst", reduce=partial), g, partial)
     if not op.combiner.divides:
         return whole
+    if g.varies:      # a rank's slot: the whole graphs' sizes counted when run, the
+        # reciprocal times the sum as Aggregate's mean over a slot rounds it
+        ones = Constant(np.ones((g.num_edges,) + (1,) * (op.ndim - 1)), dtype=whole.dtype)
+        sizes = ReadoutAllReduce(Aggregate(ones, g, at="dst", reduce="sum"), g, "sum")
+        return whole * (1.0 / Maximum(sizes, 1.0))
     divisor = np.ones((g.num_nodes,) + (1,) * (op.ndim - 1), whole.dtype)
     divisor[:g.num_dst, ...] = np.maximum(g.graph_sizes, 1).reshape((-1,) + divisor.shape[1:])
     # In the readout's dtype: Constant would round a float64 array to float32.

@@ -117,7 +117,9 @@ class Aggregate(GraphOp):
         trailing = (1,) * (self.ndim - 1)
         if self.graph.varies:     # edges replaced between calls: count them when run
             from .elementwise import Maximum
-            ones = Constant(np.ones((self.graph.num_edges,) + trailing, dtype=self.dtype))
+            # In the op's dtype: Constant would round a float64 array to float32, and the
+            # reciprocal with it.
+            ones = Constant(np.ones((self.graph.num_edges,) + trailing), dtype=self.dtype)
             return 1.0 / Maximum(Aggregate(ones, self.graph, at=self.at, reduce="sum"), 1.0)
         degrees = self.graph.in_degrees if self.at == "dst" else self.graph.out_degrees
         scale = 1.0 / np.maximum(degrees, 1).astype(self.dtype)

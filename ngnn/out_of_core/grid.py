@@ -159,6 +159,15 @@ class ChunkGrid:
         return Piece(eids[by_dst], rows, dst_rows.shape[0], local_src[by_dst].astype(np.int32),
                      local_dst[by_dst].astype(np.int32))
 
+    def bounds(self, capacity):
+        """(rows, edges) a ChunkSlot needs for the pieces of any edges of the graph's
+        sizes cut with edge `capacity` (a slot's, whose edges change between calls): a
+        piece has at most `capacity` edges and uses at most twice as many rows (selective)
+        or two blocks, and never more than the graph's; with a spare row for the padding
+        edges."""
+        used = 2 * capacity if self.selective else 2 * self.block
+        return min(used, self.graph.num_nodes) + 1, capacity
+
     def capacities(self):
         """(rows, edges) a ChunkSlot needs for every piece, with a spare row for the
         padding edges."""

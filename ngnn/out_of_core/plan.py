@@ -53,14 +53,14 @@ def chunked_graphs(ops):
     computation with readouts alone chunks the rows of a graph without edges."""
     from ngnn.batch import ReadoutGraph
     graphs = list(dict.fromkeys(op.graph for op in ops if op.row_space is not None))
-    for g in graphs:
-        if g.varies:
-            raise ChunkingError(f"memory_budget: {g!r} is a slot whose edges change between "
-                                "calls (a minibatch or a GraphLoader's), and chunked "
-                                "execution cuts the chunks of a graph once; chunk a fixed "
-                                "graph or a Graph.batch([...])")
     readouts = [g for g in graphs if isinstance(g, ReadoutGraph)]
     others = [g for g in graphs if not isinstance(g, ReadoutGraph)]
+    for g in others:
+        if g.varies and g.is_block:
+            raise ChunkingError(f"memory_budget: {g!r} is a sampled minibatch's block, whose "
+                                "edges change between calls and whose rows are not all "
+                                "destinations; chunked execution runs whole graphs, batches "
+                                "of graphs and a GraphLoader's slot")
     if len(others) > 1 or not graphs:
         what = "no graph op" if not graphs else f"graph ops over {len(others)} graphs"
         raise ChunkingError(f"memory_budget: chunked execution needs the graph ops of one "

@@ -18,7 +18,7 @@ from ngnn.op_graph import Aggregate, Constant, Gather, Placeholder, SparseDropou
 from ngnn.op_graph.combiners import COMBINERS
 from ngnn.origin import built_for
 
-from .grid import ChunkGrid, ChunkSlot, RowBlock
+from .grid import PIECE_CACHE_BYTES, ChunkGrid, ChunkSlot, RowBlock
 from .plan import GRAPH_ROWS, ROWS, ChunkingError, Plan, chunked_graphs, rewrite_for_chunks
 
 # Device bytes per edge and per row a piece's index arrays take (int32 src, dst, both CSR
@@ -144,9 +144,12 @@ class ChunkedProgram:
                                     f"return its first {plan.num_graphs} rows")
         self.sizes = sizes = Sizes(plan, budget, transformer.chunks, computation.variables)
         capacity = sizes.edge_capacity
+        if graph.varies and capacity is None:      # a chunk count for any load: P pieces
+            capacity = max(-(-graph.num_edges // sizes.parts), 1)
         while True:
             self.grid = ChunkGrid(graph, sizes.parts, capacity, transformer.selective_scheduling)
-            rows, edges = self.grid.capacities()
+            rows, edges = self.grid.capacities() if not graph.varies else \
+                self.grid.bounds(capacity)
             if sizes.fits(rows, edges):
                 break
             # The pieces' used rows outgrew the two blocks the sizes assumed: smaller pieces.
@@ -154,7 +157,10 @@ class ChunkedProgram:
             if capacity < 1:
                 raise ChunkingError(f"memory_budget={budget} bytes cannot hold one piece of "
                                     f"{sizes.parts} x {sizes.parts} chunking")
-        self.slot = ChunkSlot(*self.grid.capacities())
+        # A slot (a GraphLoader's) changes its edges between calls: its grid is cut again
+        # for each load (`grid_for`), into pieces within the bounds the ChunkSlot holds.
+        self.capacity, self.grid_version = capacity, getattr(graph, "version", None)
+        self.slot = ChunkSlot(rows, edges)
         self.budget = budget
         self.parameters = {p: i for i, p in enumerate(computation.parameters)}
         # One RowBlock per block size, shared by the vertex stages: their index arrays (the
@@ -183,6 +189,7 @@ class ChunkedProgram:
         self.host = {}
         self.moved = {"to": 0, "from": 0, "to edge stages": 0}
         self.timing = {"prefetch": 0.0, "waited": 0.0}
+        self.grid_for(self.plan.graph)
         t.evict()
         t.hold_graphs(self.graphs)
         t.device_peak = t.device_allocated
@@ -207,6 +214,16 @@ class ChunkedProgram:
         outputs = [self.host[r] for r in self.results]
         self.host = None
         return outputs
+
+    def grid_for(self, graph):
+        """The grid of the edges `graph` holds now: cut again when a slot was loaded since
+        the last cut (its pieces within the ChunkSlot's bounds)."""
+        if graph.varies and graph.version != self.grid_version:
+            self.grid = ChunkGrid(graph, self.sizes.parts, self.capacity,
+                                  self.transformer.selective_scheduling)
+            self.grid_version = graph.version
+            self.slot.cache_left = PIECE_CACHE_BYTES       # the old pieces go with their grid
+            self.stats.update(pieces=len(self.grid.pieces))
 
     # ---- values on the host ----------------------------------------------------------
     def value(self, op, values):
@@ -239,7 +256,6 @@ class StageRunner:
             slot = program.slot
             self.computations = {None: self._compile(
                 t, name, {"n": slot.num_nodes, "e": slot.num_edges}, slot)}
-            self.pieces = program.grid.pieces
         else:
             self.computations = {None: self._compile(t, name, {}, None)}
 
@@ -281,7 +297,7 @@ class StageRunner:
         if stage.kind == "vertex":
             items = self.blocks
         elif stage.kind == "edge":
-            items = self.pieces
+            items = program.grid.pieces
         else:
             items = [None]
         pending = reader.submit(self.feeds, items[0], values)

@@ -20,11 +20,17 @@ import numbers
 
 import numpy as np
 
-from ngnn.batch import readout_graph
+from ngnn.batch import ReadoutGraph, readout_graph
 from ngnn.datasets.graph_dataset import _ranges
 from ngnn.graph import Graph
 
 from .slot import GraphSlot
+
+
+class ReadoutSlot(GraphSlot, ReadoutGraph):
+    """The readout GraphSlot of a BatchSlot: edge i joins row i to its graph, whatever is
+    loaded (padding rows to the padding graphs), so what plans by graph knows it for a
+    readout (chunked execution reduces it per row block)."""
 
 
 class BatchSlot:
@@ -41,7 +47,7 @@ class BatchSlot:
         self.num_graphs = num_graphs
         self.graph_mask = ng.placeholder((num_graphs,), dtype=np.bool_, name="graph_mask")
         self.graph = GraphSlot(num_nodes, num_edges)
-        self.readout_graph = GraphSlot(num_nodes, num_nodes, num_dst=num_graphs)
+        self.readout_graph = ReadoutSlot(num_nodes, num_nodes, num_dst=num_graphs)
         self.loaded = 0           # graphs of the loaded batch
 
     def load(self, batch, self_loops=False):

@@ -1,0 +1,283 @@
+"""Minibatches of graphs over ranks, compiled once per rank (docs/distributed.md,
+"Minibatches of graphs over ranks").
+
+Every rank draws the batches of one GraphLoader (the same seed, hence the same batches in
+the same order as one process), partitions each batch by vertex over the ranks and loads
+its share into a `RankBatchSlot`: slots of fixed sizes for its local graph
+(`LocalGraphSlot`: masters, mirrors, local edges), its readout graph (`RankReadoutSlot`)
+and its exchange lists, refilled every batch. So, as in one process, a computation built
+over the slot serves every batch and nothing is generated after the first; the
+communication ops read the lists of the loaded batch when they run.
+
+A slot must hold the share of any batch the loader can make, so the partition is the one
+whose shares have bounds known before any batch is drawn: the batch's vertices cut into K
+contiguous ranges of equal count (a rank's masters: at most ceil(N/K) of the loader's
+largest batch of N vertices), each edge with its destination's master (a rank's edges: at
+most the in-degrees of its masters, bounded by the sum of the dataset's ceil(N/K) largest
+in-degrees) and mirrors only of the graphs cut by a range's two ends (at most twice the
+largest graph). Graphs are numbered consecutively in a batch, so most graphs lie whole on
+one rank and only those at the cuts exchange rows. A rank's slot lays out its masters
+first (padding masters after the real ones, reading out into the slot's padding graph),
+then its mirrors, then padding rows that the padding edges join.
+
+    trainer = dist.DistributedGraphLoaderTrainer(model, data, batch_size=32, seed=0)
+    curve = trainer.fit(train_idx, test_idx, epochs=2)     # as GraphTrainer.fit, every rank
+"""
+import numpy as np
+
+import ngnn as ng
+from ngnn.graph_train import GraphTrainer
+from ngnn.op_graph import AllReduce, OneHot
+from ngnn.sampling.slot import GraphSlot
+
+from .exchange import Exchange, world
+from .local_graph import LocalGraph, MasterView, RankReadoutGraph
+from .lowering import insert_communication
+from .partition import Partition, balanced_ranges
+
+
+class MasterSlotView(MasterView):
+    """The MasterView of a LocalGraphSlot: its edges change between calls (`varies`), so
+    vertex-centric degrees are counted by synced aggregations when run, and a keyed
+    dropout reads the loaded batch's global ids."""
+    varies = True
+
+    def __init__(self, local):       # no MasterView.__init__: the global ids change per load
+        self.local = local
+        self.num_nodes = self.num_dst = local.num_masters
+        self.num_edges = local.num_edges
+        self.exchange = local.exchange
+
+    @property
+    def global_node_ids(self):
+        return self.local.global_node_ids[:self.num_nodes]
+
+    def with_self_loops(self):
+        raise ValueError("a rank's slot of batches of graphs cannot add self loops: load "
+                         "them with the batches (GraphLoader(self_loops=True))")
+
+
+class LocalGraphSlot(LocalGraph):
+    """A rank's local graph of fixed sizes, `num_masters` master rows, `num_nodes` local
+    rows and `num_edges` edges, loaded with each batch's part (see the module docstring
+    for the layout). `version` counts the loads, as a GraphSlot's."""
+    varies = True
+
+    def __init__(self, num_masters, num_nodes, num_edges, exchange):
+        self.capacity = (num_masters, num_nodes, num_edges)
+        self.version = -1
+        self.exchange = exchange
+        self.masters = None
+        none = np.zeros(0, np.int64)
+        self._fill(none, 0, none, none, none, 0, 0)       # padding only
+
+    def load(self, part):
+        """Loads `part` (a LocalPart of a partition of the batch over the ranks) and gives
+        the exchange its lists, renumbered to this layout."""
+        masters, rows, edges = self.capacity
+        m, r, e = part.num_masters, part.num_mirrors, part.edges.shape[0]
+        if m > masters or masters + r >= rows or e > edges:
+            raise ValueError(f"LocalGraphSlot.load: rank {part.rank}'s share ({m} masters, "
+                             f"{r} mirrors, {e} edges) does not fit its slot ({masters} "
+                             f"masters, {rows - masters - 1} mirrors, {edges} edges)")
+        self._fill(part.nodes, m, part.src, part.dst, part.edges,
+                   part.manifest["num_nodes"], part.manifest["num_edges"])
+        self.exchange.load({q: laid_out(ids, m, masters) for q, ids in part.mirrors_from.items()},
+                           part.masters_to)
+
+    def _fill(self, nodes, m, src, dst, edges, num_nodes, num_edges):
+        """Lays out a part (its global vertex ids `nodes`, the first `m` masters; local
+        edges src -> dst with global ids `edges`) of a batch of `num_nodes` vertices and
+        `num_edges` edges, with padding to the slot's sizes."""
+        masters, rows, capacity = self.capacity
+        used, spare = masters + nodes.shape[0] - m, capacity - edges.shape[0]
+        pad_src, pad_dst = GraphSlot._padding(used, used, rows, rows, spare)
+        global_ids = np.concatenate([nodes[:m], num_nodes + np.arange(masters - m),
+                                     nodes[m:], num_nodes + masters + np.arange(rows - used)])
+        # As GraphSlot._fill: no cache of the old edges (CSR orders, degrees) survives a
+        # load; the view the model was built over does.
+        version, exchange, view = self.version + 1, self.exchange, self.masters
+        self.__dict__.clear()
+        LocalGraph.__init__(self, np.concatenate([laid_out(src, m, masters), pad_src]),
+                            np.concatenate([laid_out(dst, m, masters), pad_dst]), rows,
+                            global_ids,
+                            np.concatenate([edges, num_edges + np.arange(spare)]), masters,
+                            num_nodes, num_edges, exchange)
+        self.capacity, self.version = (masters, rows, capacity), version
+        self.masters = view if view is not None else MasterSlotView(self)
+        self.loaded = (m, nodes.shape[0] - m, edges.shape[0])
+
+    def with_self_loops(self):
+        return self.masters.with_self_loops()
+
+    def __repr__(self):
+        masters, rows, edges = self.capacity
+        return (f"LocalGraphSlot(rank={self.exchange.rank}, {masters} masters, {rows} rows, "
+                f"{edges} edges)")
+
+
+def laid_out(ids, m, masters):
+    """Local ids of a part with `m` masters -> rows of a slot with `masters` master rows:
+    the mirrors move up past the padding masters."""
+    return np.where(ids < m, ids, ids + (masters - m))
+
+
+class RankReadoutSlot(RankReadoutGraph):
+    """A rank's readout graph of fixed sizes: an edge from each of `num_masters` master
+    rows to its graph among `num_graphs` (padding masters to the last, the padding graph),
+    loaded per batch with its masters' graph ids."""
+    varies = True
+
+    def __init__(self, num_masters, num_graphs, exchange):
+        self.version = -1
+        self._place(np.full(num_masters, num_graphs - 1, np.int64), num_graphs, exchange)
+
+    def load(self, graph_ids):
+        """Collective: every rank loads its share of the same batch (`holds` and
+        `graph_sizes` are gathered from all)."""
+        self._place(graph_ids, self.num_dst, self.exchange)
+
+    def _place(self, graph_ids, num_graphs, exchange):
+        version = self.version + 1
+        self.__dict__.clear()         # as GraphSlot's: nothing derived from old edges stays
+        RankReadoutGraph.__init__(self, graph_ids, num_graphs, exchange)
+        self.version = version
+
+
+class RankBatchSlot:
+    """What a graph model takes as its batch on a rank, for every batch of a
+    RankGraphLoader: `graph` (the MasterSlotView its layers run over), `readout_graph`
+    (the RankReadoutSlot ng.readout aggregates over), `num_nodes` (master rows),
+    `num_graphs` (graph rows, the last the padding graph) and `graph_mask` (a placeholder
+    fed the loader's mask of the loaded graphs, as a BatchSlot's)."""
+    spans_ranks = True      # ng.batch_norm combines its statistics over the ranks
+
+    def __init__(self, num_masters, num_nodes, num_edges, num_graphs, exchange):
+        self.local = LocalGraphSlot(num_masters, num_nodes, num_edges, exchange)
+        self.graph = self.local.masters
+        self.num_nodes, self.num_graphs = num_masters, num_graphs
+        self.readout_graph = RankReadoutSlot(num_masters, num_graphs, exchange)
+        self.graph_mask = ng.placeholder((num_graphs,), dtype=np.bool_, name="graph_mask")
+        self.exchange = exchange
+
+    def load(self, part, graph_ids):
+        """Loads `part` of a batch and its masters' graphs (padding masters go to the
+        padding graph)."""
+        ids = np.full(self.num_nodes, self.num_graphs - 1, np.int64)
+        ids[:graph_ids.shape[0]] = graph_ids
+        self.local.load(part)
+        self.readout_graph.load(ids)
+
+    @property
+    def own_graphs(self):
+        """(num_graphs,) bool: the graph rows whose loss this rank counts (k mod ranks)."""
+        return np.arange(self.num_graphs) % self.exchange.size == self.exchange.rank
+
+    def __repr__(self):
+        return f"RankBatchSlot({self.local!r}, {self.num_graphs} graph rows)"
+
+
+class RankGraphLoader:
+    """Rank `comm`'s share of the batches of `loader` (a GraphLoader, drawn as one process
+    draws it): the same `batches`, `split` and `load` and, for the loaded batch, `slot`
+    (a RankBatchSlot), `features` (its masters' rows), `labels` and `mask` (the whole
+    batch's, as the loader's)."""
+
+    def __init__(self, loader, comm=None):
+        comm = comm if comm is not None else world()
+        self.loader, self.dataset = loader, loader.dataset
+        self.ranks, self.rank = comm.Get_size(), comm.Get_rank()
+        masters, rows, edges = self.slot_sizes()
+        self.exchange = Exchange.for_slot(comm, masters)
+        self.slot = RankBatchSlot(masters, rows, edges, loader.slot.num_graphs,
+                                  self.exchange)
+        self.features = np.zeros((masters, self.dataset.num_features), dtype=np.float32)
+        self.labels = np.zeros_like(loader.labels)
+        self.mask = np.zeros_like(loader.mask)
+        self.filled = 0
+
+    def slot_sizes(self):
+        """(masters, local rows, edges) of a slot that holds a rank's share of any batch
+        of the loader (the bounds of the module docstring), plus one padding row."""
+        data, loader = self.dataset, self.loader
+        masters = max(-(-loader.max_nodes // self.ranks), 1)
+        largest = int(data.graph_sizes.max(initial=1))
+        mirrors = min(2 * (largest - 1), loader.max_nodes)
+        shift = np.repeat(data.node_offsets[:-1], data.edge_counts)
+        in_degrees = np.bincount(data.dst + shift, minlength=int(data.node_offsets[-1])) + \
+            (1 if loader.self_loops else 0)
+        edges = min(loader.max_edges, int(np.sort(in_degrees)[::-1][:masters].sum()))
+        return masters, masters + mirrors + 1, edges
+
+    def split(self, order):
+        return self.loader.split(order)
+
+    def batches(self, epoch=0, indices=None):
+        """As GraphLoader.batches: yields each batch's graph ids, its share loaded."""
+        for ids in self.split(self.loader.order(epoch, indices)):
+            self.load(ids)
+            yield ids
+
+    def __len__(self):
+        return len(self.loader)
+
+    def load(self, ids):
+        """Collective: every rank loads the same batch `ids`."""
+        ids = np.asarray(ids, dtype=np.int64)
+        batch, features = self.dataset.batch(ids)
+        graph = batch.with_self_loops() if self.loader.self_loops else batch
+        owner = balanced_ranges(np.ones(graph.num_nodes), self.ranks)
+        part = Partition(graph.src, graph.dst, owner, owner[graph.dst], self.ranks,
+                         "ranges", None).part(self.rank)
+        masters = part.nodes[:part.num_masters]
+        self.slot.load(part, batch.graph_ids[masters])
+        m = masters.shape[0]
+        self.features[:m] = features[masters]
+        if self.filled > m:          # padding rows read zeros, whatever came before
+            self.features[m:self.filled] = 0
+        self.filled = m
+        self.labels[:] = 0
+        self.labels[:ids.size] = self.dataset.labels[ids]
+        self.mask[:] = False
+        self.mask[:ids.size] = True
+
+
+class DistributedGraphLoaderTrainer(GraphTrainer):
+    """GraphTrainer over MPI ranks (`comm`, default MPI's world): the same arguments, the
+    same batches, each partitioned over the ranks and loaded into a slot per rank, so its
+    two computations are compiled once per rank and serve every batch. `fit`,
+    `train_epoch`, `predict` and `accuracy` are GraphTrainer's and give every rank the
+    single-process values: the loss of graph k is counted on rank k mod K over the batch's
+    count of graphs, weight gradients are all-reduced, logits are whole on every rank."""
+
+    def __init__(self, model, data, batch_size=32, lr=0.01, weight_decay=0.0,
+                 backend="numpy", transformer=None, seed=0, schedule=None, optimizer=None,
+                 comm=None):
+        self.comm = comm
+        super().__init__(model, data, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                         backend=backend, transformer=transformer, seed=seed,
+                         schedule=schedule, optimizer=optimizer)
+
+    def make_loader(self, loader):
+        ranks = RankGraphLoader(loader, self.comm)
+        self.exchange = ranks.exchange
+        return ranks
+
+    def training_loss(self, logits):
+        """This rank's share of ng.cross_entropy(logits, labels, mask): its own graphs'
+        terms over the count of the batch's graphs."""
+        picked = ng.sum(ng.log_softmax(logits, axis=-1) *
+                        OneHot(self.y, logits.shape[1], dtype=logits.dtype),
+                        axis=-1)
+        weight = ng.cast(self.mask, logits.dtype)
+        own = ng.constant(self.loader.slot.own_graphs.astype(logits.dtype), dtype=logits.dtype)
+        return -ng.sum(picked * weight * own) / ng.maximum(ng.sum(weight), 1.0)
+
+    def place(self, results):
+        insert_communication(results, self.loader.slot.graph)
+
+    def gradient_reduction(self):
+        return lambda gradient: AllReduce(gradient, self.exchange)
+
+    def step(self):
+        return float(self.exchange.sum([super().step()])[0])
