@@ -178,6 +178,17 @@ def test_no_graph_kernel_walks_an_edge_list_inside_a_walk_of_the_same_list(gpu):
         comp.transform()
         assert "graph_in_indptr" in comp.source
         assert nested_edge_walks(comp.source) == []
+    # TransformerConv's gradient of its edge features sums over the heads, per edge,
+    # terms that read per-head values of the edge's destination made by walks of its
+    # in-edges (the log-sum-exp, the softmax's gradient sum): each computed for every
+    # head once, before the edge loop.
+    e = ng.placeholder((g.num_edges, 2), dtype=np.float64, name="e")
+    conv = nn.TransformerConv(3, 2, 8, edge_dim=2, seed=0, dtype=np.float64)
+    loss = weighted_loss([conv(g, h, e)])
+    comp = gpu.computation([loss] + ng.grad(loss, [h, e]), h, e)
+    comp.transform()
+    assert nested_edge_walks(comp.source) == []
+    assert "the row of" in comp.source
     # The check finds a nested walk where there is one.
     nested = "int s1 = graph_in_indptr[v];\nfor (int k = s1; k < e; ++k) {\n" \
              "int s2 = graph_in_indptr[n];\nfor (int j = s2; j < e2; ++j) {\n}\n}\n"
