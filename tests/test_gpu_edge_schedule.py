@@ -195,6 +195,24 @@ def test_seed_gat_on_a_star_hub_equals_numpy_forward_and_backward(gpu):
                                          rtol=1e-12)
 
 
+def test_a_per_head_vertex_value_summed_over_heads_per_edge_is_computed_once_per_vertex(gpu):
+    """An edge loop whose per-edge value sums over the heads a per-head value of the
+    loop's own vertex that the kernel makes by walking the same edges (an aggregation,
+    as an attention's log-sum-exp or softmax-gradient sum): the vertex's row is computed
+    for every head once, before the loop, not again for each edge (which would walk the
+    hub's 100,000 edges 100,000 times). Equal to NumPy and repeatable."""
+    g = star(HUB)
+    x = ng.placeholder((g.num_nodes, 4), dtype=np.float64, name="x")
+    w = ng.placeholder((g.num_edges, 4), dtype=np.float64, name="w")
+    per_head = ng.aggregate(ng.gather(x, g, by="src") * w, g, at="dst", reduce="sum")
+    summed = ng.sum(ng.gather(per_head, g, by="dst") * w, axis=-1, keepdims=True)
+    out = ng.aggregate(summed * ng.gather(x, g, by="src"), g, at="dst", reduce="sum")
+    comp = assert_equal_to_numpy_and_repeatable(
+        gpu, [out], [x, w], [rng.standard_normal((g.num_nodes, 4)),
+                             rng.standard_normal((g.num_edges, 4))], 1e-12)
+    assert "the row of" in comp.source
+
+
 # ---- a hub of 100,000 in-edges -------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-12)])

@@ -98,6 +98,31 @@ def test_rgcn_batches_with_every_in_edge_sampled_equal_the_full_graph(transforme
     assert len(sizes) == 4 and t.compilations == compiled
 
 
+def test_rgcn_batches_of_featureless_entities_feed_one_hot_rows_sparse(transformer_factory):
+    """Featureless entities (a sparse identity, as the RDF datasets give them): a program
+    fed the batch's rows as a CSR matrix (the first layer's product a lookup of weight rows,
+    its self-connection's rows cut after the product) gives the logits the program fed
+    dense one-hot rows gives, and with every in-edge sampled the full graph's."""
+    g = typed_graph()
+    x = scipy.sparse.identity(g.num_nodes, dtype=np.float32, format="csr")
+    model = nn.RGCN(g.num_nodes, 4, 2, g.num_relations, num_bases=2, seed=0)
+    t = transformer_factory()
+    xs = ng.placeholder(x.shape, name="x", sparse=True)
+    full = t.computation(model(g, xs), xs)(x)
+    everything = int(g.in_degrees.max())
+    sampler = NeighborSampler(g, [everything] * 2, seed=0)
+    sparse, dense = (MinibatchProgram(model, g, g.num_nodes, [everything] * 2, 12, t,
+                                      sparse=fed) for fed in (True, False))
+    assert sparse.x.is_sparse and not dense.x.is_sparse
+    rng = np.random.default_rng(2)
+    for index in range(3):
+        seeds = rng.choice(g.num_nodes, 12 - 3 * index, replace=False)
+        batch = sampler.sample(seeds, 0, index)
+        got = sparse.logits(batch, x)
+        np.testing.assert_allclose(got, dense.logits(batch, x), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, full[seeds], rtol=1e-4, atol=1e-5)
+
+
 def test_trainer_trains_rgcn_over_minibatches():
     """The Trainer's minibatch side over a typed graph: its program's slots carry the
     relations, the loss falls, and the full-graph evaluation reads the trained weights."""

@@ -185,13 +185,11 @@ def test_attention_weights_equal_pygs(transformer_factory, case, graph_name):
 
 
 # The widest edge value (floats per edge) each attention layer's forward pass stores without
-# return_attention, on NumPy and on the GPU. Every softmax keeps a per-vertex log-sum-exp
-# and its weights are recomputed from it (ngnn.passes.SoftmaxByLogSumExp); the logits are
-# recomputed from gathered per-vertex values in each group that reads them (Fusion:
-# docs/fusion.md). TransformerConv's encoded edge features (a product of the edge input,
-# computed outside any group) are read by two groups, so they are stored.
-STORED_EDGE_WIDTH = {backend: {case.name: HEADS * HIDDEN if case.edge_dim else 0
-                               for case in CASES if case.attention}
+# return_attention, on NumPy and on the GPU: none. Every softmax keeps a per-vertex
+# log-sum-exp and its weights are recomputed from it (ngnn.passes.SoftmaxByLogSumExp);
+# the logits are recomputed from gathered per-vertex values in each group that reads them
+# (Fusion: docs/fusion.md); TransformerConv never encodes edge features per edge.
+STORED_EDGE_WIDTH = {backend: {case.name: 0 for case in CASES if case.attention}
                      for backend in ("numpy", "gpu")}
 
 
@@ -225,12 +223,11 @@ def test_attention_stores_alpha_only_when_asked(case, backend):
 
 # What a training step of each attention layer stores per edge, on both backends, with
 # float32 sums and with float64 ones (wide_accumulation, `ngnn train`'s default): nothing,
-# but for TransformerConv with edge features, which encodes them with a matrix product
-# outside any walk (E x heads x out_feats, and its gradient) and keeps what depends on them
-# (docs/fusion.md, "What an attention's training step stores"). With float64 sums, GAT's
-# and TransformerConv's source-side walk reads the output gradient's rows once, in
-# float32, for the logits' gradient and, widened after the gather, for the features'.
-ENCODES_EDGE_FEATURES = {"TransformerConv"}
+# TransformerConv with edge features included (docs/fusion.md, "What an attention's
+# training step stores"); asked for the gradient of its edge features too, it plans that
+# result (E x edge_dim) and nothing else per edge. With float64 sums, GAT's and
+# TransformerConv's source-side walk reads the output gradient's rows once, in float32,
+# for the logits' gradient and, widened after the gather, for the features'.
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["float32_sums", "float64_sums"])
@@ -248,8 +245,9 @@ def test_attention_training_step_keeps_nothing_edge_sized(case, backend, wide):
     results = [loss] + ng.grad(loss, [setup.h] + setup.layer.parameters())
     stored = stored_edge_values(results, setup.placeholders, setup.g.num_edges, backend,
                                 wide_accumulation=wide)
-    if case.name in ENCODES_EDGE_FEATURES:
-        assert {width for width, _ in stored} <= {HEADS, HEADS * HIDDEN, case.edge_dim}, stored
-        assert max(width for width, _ in stored) == HEADS * HIDDEN, stored
-    else:
-        assert stored == [], stored
+    assert stored == [], stored
+    if setup.ef is not None:
+        results = [loss] + ng.grad(loss, [setup.h, setup.ef] + setup.layer.parameters())
+        stored = stored_edge_values(results, setup.placeholders, setup.g.num_edges, backend,
+                                    wide_accumulation=wide)
+        assert [width for width, _ in stored] == [case.edge_dim], stored

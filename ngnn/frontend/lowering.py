@@ -84,6 +84,10 @@ class Lowering:
 
     def lower_op(self, op):
         if isinstance(op, LocalFeature):
+            if op.args[0].is_sparse:
+                # A sparse tensor feeds only ng.dot: its rows are cut after the product
+                # (dot(x[:k], W) is dot(x, W)[:k]; below).
+                return op.args[0]
             return self.prefix(op.args[0], op.scope)
         g = self.graph
         if isinstance(op, LocalDegree):
@@ -104,7 +108,11 @@ class Lowering:
         else:
             rows = self.rows(op.scope)
             args = [self.arg(a, op.scope, rows) for a in op.args]
-            new = self.rebuild(op, args, self.count(op.scope))
+            count = self.count(op.scope)
+            if isinstance(op, Dot) and args[0].is_sparse and args[0].shape[0] != count:
+                new = self.rebuild(op, args, args[0].shape[0])[:count]
+            else:
+                new = self.rebuild(op, args, count)
         new.scope = self.rows(op.scope)
         if isinstance(new, Dropout):
             new.rows = self.graph.global_rows(new.scope)   # ids of a partition's graph

@@ -92,31 +92,47 @@ class TransformerConv(Layer):
             raise ValueError(f"TransformerConv: built with edge_dim={self.edge_dim}, so it "
                              f"needs edge features {'' if self.edge_dim else 'none '}"
                              f"(got {'none' if e is None else e.shape})")
-        heads = (self.num_heads, self.out_feats)
-        scale = 1.0 / np.sqrt(self.out_feats)
-        edge_feat = {} if e is None else {"e": e}
-        with ng.zoomIn(g, node_feat={"h": h}, edge_feat=edge_feat) as v:
-            query = ng.reshape(v.h @ self.w_query + self.b_query, heads)
-            keys, values = [], []
-            for n, edge in zip(v.innbs, v.inedges):
-                key = ng.reshape(n.h @ self.w_key + self.b_key, heads)
-                value = ng.reshape(n.h @ self.w_value + self.b_value, heads)
-                if e is not None:
-                    encoded = ng.reshape(edge.e @ self.w_edge, heads)
-                    key, value = key + encoded, value + encoded
-                keys.append(key)
-                values.append(value)
-            logits = [ng.sum(query * k, axis=-1, keepdims=True) * scale for k in keys]
-            attention = softmax_over_in_edges(logits)
+        num_heads, out_feats = self.num_heads, self.out_feats
+        heads = (num_heads, out_feats)
+        scale = 1.0 / np.sqrt(out_feats)
+        query = ng.reshape(ng.dot(h, self.w_query) + self.b_query, (h.shape[0],) + heads)
+        node_feat, edge_feat = {"h": h, "query": query}, {}
+        if e is not None:
+            # The encoded edge feature e W_e is never made per edge: the query against it,
+            # q . (e W_e) per head, is (W_e q) . e, a per-vertex product against the edge's
+            # own features, and the weighted sum of encoded features, sum a (e W_e), is
+            # (sum a e) W_e. So the edges carry edge_dim values per head, not out_feats.
+            w_edge = ng.reshape(self.w_edge, (self.edge_dim,) + heads)    # (D, H, F)
+            node_feat["query_edge"] = per_head(query, ng.transpose(w_edge, (1, 2, 0)))
+            edge_feat["e"] = e
+        with ng.zoomIn(g, node_feat=node_feat, edge_feat=edge_feat) as v:
+            keys = [ng.reshape(n.h @ self.w_key + self.b_key, heads) for n in v.innbs]
+            values = [ng.reshape(n.h @ self.w_value + self.b_value, heads) for n in v.innbs]
+            logits = [ng.sum(v.query * k, axis=-1, keepdims=True) for k in keys]
+            if e is not None:
+                feats = [ng.reshape(edge.e, (1, self.edge_dim)) for edge in v.inedges]
+                logits = [x + ng.sum(v.query_edge * f, axis=-1, keepdims=True)
+                          for x, f in zip(logits, feats)]
+            attention = softmax_over_in_edges([x * scale for x in logits])
             alpha = attention
             if training and self.attn_drop:
                 alpha = [ng.dropout(a, self.attn_drop) for a in alpha]
             rst = sum(a * x for a, x in zip(alpha, values))
+            if e is not None:
+                weighted_feats = sum(a * f for a, f in zip(alpha, feats))   # (H, D)
             if self.root_weight:
                 rst = rst + ng.reshape(v.h @ self.w_skip + self.b_skip, heads)
+        out = ng.zoomOut(rst)
+        if e is not None:
+            out = out + per_head(ng.zoomOut(weighted_feats), ng.transpose(w_edge, (1, 0, 2)))
         if return_attention:
-            return ng.zoomOut(rst), edge_heads(ng.zoomOut(*attention))
-        return ng.zoomOut(rst)
+            return out, edge_heads(ng.zoomOut(*attention))
+        return out
+
+
+def per_head(x, weights):
+    """x (N, H, A) times one matrix per head, weights (H, A, B): (N, H, B)."""
+    return ng.transpose(ng.dot(ng.transpose(x, (1, 0, 2)), weights), (1, 0, 2))
 
 
 class AGNNConv(Layer):

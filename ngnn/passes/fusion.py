@@ -404,9 +404,13 @@ def _recompute_chain(op, owner, limit, graph, free=None):
 
 class FreeReads:
     """`free(x)`: whether an edge value wider than the one recomputed costs `group` no
-    extra read per edge: computed in registers, or a gather by the group's own end (read
-    once per vertex) or one the group computes already, or a read of an edge input whose
-    rows the group reads already.
+    extra read per edge beyond what its walk pays anyway: computed in registers, a gather
+    by the group's own end (read once per vertex) or one the group computes already, a
+    read of an edge input whose rows the group reads already, or a row of the edge's other
+    end (a gather, or an edge input's row) no wider than a row the group's own ops gather
+    by that end: the walk goes to that vertex for each edge anyway, and reading a second
+    row at most doubles what it reads there, while storing the value keeps an E-sized
+    buffer alive between the walks (TransformerConv's backward with edge features).
     `present(x)`: computed by the group already, so recomputing it again costs nothing
     (not counted in the limit)."""
 
@@ -418,13 +422,20 @@ class FreeReads:
 
     def __call__(self, x):
         if isinstance(x, Gather):
-            return x.by == self.at or self.present(x)
+            return x.by == self.at or self.present(x) or x.size <= self.widest_row
         # A value read straight from an edge input (a user's edge features) loads a row per
         # edge, as a gather by the other end does, unless the group reads those rows already.
         inputs = [a for a in x.args if _edge_input(a, x.shape[:1])]
         if inputs:
-            return self.present(x) or all(self.reads(a) for a in inputs)
+            return self.present(x) or all(self.reads(a) or a.size <= self.widest_row
+                                          for a in inputs)
         return True
+
+    @property
+    def widest_row(self):
+        """The size of the widest row the group gathers by the edges' other end."""
+        return max((x.size for x in (*self.core, *self.extra)
+                    if isinstance(x, Gather) and x.by != self.at), default=0)
 
     def reads(self, a):
         """Does the group read `a` already?"""
@@ -461,7 +472,7 @@ def _chain(op, owner, limit, graph, read_narrower, free=None):
             stack.extend(a for a in x.args if a.scope == "e" and owner.get(a) is not None
                          and (not read_narrower or a.size >= op.size or isinstance(a, Gather)))
             if any(a.scope == "e" and owner.get(a) is None and not isinstance(a, Gather)
-                   for a in x.args):
+                   and not _edge_input(a, x.shape[:1]) for a in x.args):
                 return None
     return chain
 

@@ -76,10 +76,14 @@ class MinibatchProgram:
     """`model`'s computations on `transformer` for batches of at most `batch_size` seeds of
     `g` drawn with `fanouts`: `train_step(batch)` (with `optimizer`) returns the loss and
     `logits(batch)` the seeds' logits (without optimizer). `num_features` is the input
-    width; `seed` picks the dropout masks."""
+    width; `seed` picks the dropout masks. With `sparse` the batch's rows are fed as a CSR
+    matrix (the trainer feeds its features sparse): featureless entities' one-hot rows
+    (R-GCN on RDF graphs, thousands of columns) then make the first layer's product a
+    lookup of weight rows, as on the whole graph, instead of a dense product over every
+    column."""
 
     def __init__(self, model, g, num_features, fanouts, batch_size, transformer,
-                 optimizer=None, row_prefix=True, seed=0, dtype=np.float32):
+                 optimizer=None, row_prefix=True, seed=0, dtype=np.float32, sparse=False):
         self.model = model
         self.transformer = transformer
         self.row_prefix = row_prefix
@@ -92,10 +96,13 @@ class MinibatchProgram:
                                 relation_capacities(g, edges) if typed else None)
                       for read, computed, edges in sizes]
         rows_in, rows_out = self.slots[0].num_nodes, self.slots[-1].num_dst
-        self.x = ng.placeholder((rows_in, num_features), dtype=dtype, name="batch_features")
+        self.sparse = sparse
+        self.x = ng.placeholder((rows_in, num_features), dtype=dtype, name="batch_features",
+                                sparse=sparse)
         self.y = ng.placeholder((rows_out,), dtype=np.int64, name="batch_labels")
         self.mask = ng.placeholder((rows_out,), dtype=np.bool_, name="batch_mask")
-        self.features = np.zeros((rows_in, num_features), dtype=dtype)
+        self.features = sp.csr_matrix((rows_in, num_features), dtype=dtype) if sparse else \
+            np.zeros((rows_in, num_features), dtype=dtype)
         self.labels = np.zeros(rows_out, dtype=np.int64)
         self.seed_mask = np.zeros(rows_out, dtype=np.bool_)
         self.filled = 0            # feature rows holding the previous batch
@@ -121,9 +128,16 @@ class MinibatchProgram:
                 block = every_row(block, rows)
             slot.load(block)
         picked = features[batch.nodes]
-        self.features[:rows] = picked.toarray() if sp.issparse(picked) else picked
-        if self.filled > rows:      # padding rows read as zeros, whatever came before
-            self.features[rows:self.filled] = 0
+        if self.sparse:             # padding rows are empty rows of the CSR
+            picked = sp.csr_matrix(picked, dtype=self.features.dtype)
+            indptr = np.concatenate([picked.indptr, np.full(self.features.shape[0] - rows,
+                                                            picked.indptr[-1])])
+            self.features = sp.csr_matrix((picked.data, picked.indices, indptr),
+                                          shape=self.features.shape)
+        else:
+            self.features[:rows] = picked.toarray() if sp.issparse(picked) else picked
+            if self.filled > rows:      # padding rows read as zeros, whatever came before
+                self.features[rows:self.filled] = 0
         self.filled = rows
         seeds = batch.num_seeds
         self.seed_mask[:] = False

@@ -35,13 +35,14 @@ class Minibatches:
                              "minibatches from")
         self.program = MinibatchProgram(
             model, data.graph, data.num_features, self.sampler.fanouts, self.batch_size,
-            trainer.transformer, optimizer=trainer.optimizer, seed=trainer.seed)
+            trainer.transformer, optimizer=trainer.optimizer, seed=trainer.seed,
+            sparse=trainer.sparse)
         self.eval_sampler = self.eval_program = None
         if eval_fanouts is not None:
             self.eval_sampler = NeighborSampler(data.graph, eval_fanouts, seed=trainer.seed)
             self.eval_program = MinibatchProgram(
                 model, data.graph, data.num_features, self.eval_sampler.fanouts,
-                self.batch_size, trainer.transformer)
+                self.batch_size, trainer.transformer, sparse=trainer.sparse)
         self.batches_per_epoch = -(-self.train_nodes.size // self.batch_size)
 
     @property

@@ -323,16 +323,57 @@ class Block:
                                        else "out_to_in")
         return f"{perm}[{block.slot}]"
 
-    def hoistable(self, loop, coords):
+    def hoistable(self, loop, coords, counters=True):
         """May a value at `coords` be computed before `loop`, the enclosing edge loop? Not
-        when a coordinate reads the edge id or a counter of a loop inside it."""
+        when a coordinate reads the edge id or (unless `counters` is False) a counter of
+        a loop inside it."""
         inner = {loop[0]}
         block = self
-        while block is not None and block.loop is not loop:
+        while counters and block is not None and block.loop is not loop:
             if block.counter:
                 inner.add(block.counter)
             block = block.parent
         return not any(re.search(rf"\b{v}\b", c) for v in inner for c in coords)
+
+    def walks_edges(self, op):
+        """Does computing `op` inline walk a vertex's edges (an aggregation or an edge
+        softmax among the ops this kernel computes for it)?"""
+        stack, seen = [op], set()
+        while stack:
+            x = stack.pop()
+            if x in seen or self.params.is_stored(x):
+                continue
+            seen.add(x)
+            if isinstance(x, (Aggregate, EdgeSoftmax)):
+                return True
+            stack.extend(x.args)
+        return False
+
+    def vertex_row_steps(self, loop, x, rest):
+        """Per-vertex value `x` at the loop's vertex and feature coordinates `rest` that
+        read a counter of a loop inside the edge loop (a per-head value in a sum over the
+        heads): the vertex's whole row is computed once, before the edge loop, into a
+        private array, which the body reads at `rest`. Computing it where it is read
+        would walk the vertex's edges again for every edge: work quadratic in degree."""
+        pre, vertex = loop[4], loop[3]
+        features = x.shape[1:]
+        key = ("vertex row", x, vertex)
+        row = pre._lookup(key)
+        if row is None:
+            size = int(np.prod(features, dtype=np.int64))
+            row, i = self.params.fresh("row"), self.params.fresh("i")
+            self.params.note_dtype(x.dtype)
+            body = pre.child()
+            body.counter = i
+            value = yield body.value_steps(x, (vertex,) + tuple(unravel(i, features)))
+            body.emit(f"{row}[{i}] = {value};")
+            pre.emit(f"{ctype(x.dtype)} {row}[{max(size, 1)}];  "
+                     f"// the row of {self.params.names[x]} at the loop's vertex")
+            pre.emit(f"for (int {i} = 0; {i} < {size}; ++{i}) {{")
+            pre.nest(body)
+            pre.emit("}")
+            pre.cache[key] = row
+        return self.declare(x.dtype, f"{row}[{flat_index(rest, features)}]")
 
     def edge_loop(self, graph, at, vertex, pre=None):
         """Opens a loop over the edges of `vertex` (its in-edges for at="dst"): returns the
@@ -510,11 +551,14 @@ class Block:
                 reduction, acc = online
                 return (yield reduction.running_max_steps(self, acc, coords))
             loop = self._loop_of(coords[0])
-            if loop and loop[1] is op.graph and loop[2] == op.by and \
-                    self.hoistable(loop, coords[1:]):
+            if loop and loop[1] is op.graph and loop[2] == op.by:
                 # Inside a loop over this vertex's edges: the gathered value is the
                 # vertex's own, computed once before the loop.
-                return (yield loop[4].value_steps(x, (loop[3],) + coords[1:]))
+                if self.hoistable(loop, coords[1:]):
+                    return (yield loop[4].value_steps(x, (loop[3],) + coords[1:]))
+                if self.hoistable(loop, coords[1:], counters=False) and \
+                        self.walks_edges(x):
+                    return (yield self.vertex_row_steps(loop, x, coords[1:]))
             vertex = self.end_vertex(op.graph, op.by, coords[0])
             return (yield self.value_steps(x, (vertex,) + coords[1:]))
         if isinstance(op, Reduction):
