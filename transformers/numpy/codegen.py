@@ -10,6 +10,9 @@ from ngnn.op_graph import (AllReduce, Aggregate, Concat, Dropout, EdgeSoftmax, G
                            MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce, Softmax,
                            SparseDot, SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
+from ngnn.op_graph.normalization import LiveRowsOp
+
+from .native import KERNEL_PARAMS as NATIVE_KERNELS
 
 generate_op = on_type
 
@@ -30,8 +33,9 @@ class NumPyCodeGenerator(TypeDispatched):
     named `out` from arrays named `args`. `refs(kind, obj)` names module-level objects
     (graphs) the statements use."""
 
-    def __init__(self, refs):
+    def __init__(self, refs, kernels="K"):
         self.refs = refs
+        self.kernels = kernels      # where the live-row kernels are: "K", or "N" (native.py)
 
     @generate_op.on_type(Op)
     def generate_op(self, op, out, args, shape=None):
@@ -44,6 +48,13 @@ class NumPyCodeGenerator(TypeDispatched):
     def is_view_template(op):
         """Templates that bind `out` to a view instead of writing into it."""
         return op.numpy is not None and op.numpy.startswith("{out} = ")
+
+    @generate_op.on_type(LiveRowsOp)
+    def generate_op(self, op, out, args, shape=None):
+        text = op.numpy.format(**template_fields(op, out, args, shape))
+        if self.kernels == "N" and op.kernel in NATIVE_KERNELS:
+            text = "N." + text[len("K."):]
+        return [text]
 
     @generate_op.on_type(Concat)
     def generate_op(self, op, out, args):

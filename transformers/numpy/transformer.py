@@ -20,6 +20,7 @@ from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
 from ngnn.passes.buffer_sharing import BufferSharing
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
+from . import native
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
 
@@ -77,7 +78,8 @@ class NumPyResident(Resident):
 class NumPyTransformer(Transformer):
     name = "numpy"
     resident_class = NumPyResident
-    extra_options = ("fusion_block_bytes",)
+    # native=True: the batch-norm kernels in C (native.py), where a C compiler is found.
+    extra_options = ("fusion_block_bytes", "native")
 
     def late_passes(self):
         # The fused groups' blocks are planned once, for the code writer and the simulator.
@@ -114,7 +116,8 @@ class NumPyTransformer(Transformer):
         super().close()
 
     def transform_ordered_ops(self, computation):
-        module = ModuleWriter(computation, self.debug_nans)
+        native_kernels = self.options.get("native", False) and native.usable()
+        module = ModuleWriter(computation, self.debug_nans, native_kernels)
         source = module.render()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
@@ -165,9 +168,10 @@ def without_float_warnings(executor):
 class ModuleWriter:
     """Renders one computation as a Python module."""
 
-    def __init__(self, computation, debug_nans=False):
+    def __init__(self, computation, debug_nans=False, native_kernels=False):
         self.comp = computation
         self.debug_nans = debug_nans
+        self.native_kernels = native_kernels
         self.checked_ops = []       # ops whose outputs the NaN finder checks (`ops[i]`)
         self.plan = computation.memory_plan
         # op -> its name in the module: the IR's name (`%8` is `t_8`, ngnn/naming.py), a
@@ -176,7 +180,7 @@ class ModuleWriter:
         self.value_names = computation.value_names
         self.variables, self.constants, self.graphs = [], [], []
         self.bind_lines, self.body, self.deferred = [], [], []
-        self.codegen = NumPyCodeGenerator(self.ref)
+        self.codegen = NumPyCodeGenerator(self.ref, "N" if native_kernels else "K")
 
     def ref(self, kind, obj):
         """Name of a module-level object the code uses: a graph, or the exchange that
@@ -194,6 +198,13 @@ class ModuleWriter:
             self.names[op] = literal(op.value, op.dtype) if is_scalar_constant(op) else \
                 value_identifier(self.value_names[op])
         return self.names[op]
+
+    def bound_at_bind(self, op):
+        """Whether `op`'s array is made by `bind` (a variable, an array constant, a planned
+        buffer's view), so is the same array at every call."""
+        op = self.plan.into_variable.get(op, op)
+        return isinstance(op, Variable) or op in self.plan.slots or \
+            (isinstance(op, Constant) and op.value.ndim > 0)
 
     def comment(self, op):
         """`  # %8 = divide(%6, %7)`: the op a line computes, as the IR writes it."""
@@ -219,8 +230,10 @@ class ModuleWriter:
                  'transformer."""',
                  "import numpy as np",
                  "import scipy.special",
-                 "from ngnn.transformers.numpy import kernels as K",
-                 "", "",
+                 "from ngnn.transformers.numpy import kernels as K"]
+        if self.native_kernels:
+            lines.append("from ngnn.transformers.numpy import native as N")
+        lines += ["", "",
                  "def bind(buffers, variables, constants, graphs, ops):"]
         # Made whenever a group has block values, even of 0 bytes (no vertices, or rows of
         # width 0): the groups' views into it are bound all the same.
@@ -276,7 +289,15 @@ class ModuleWriter:
             self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
                                    f"{op.shape}, np.{op.dtype.name})")
         comment = self.comment(op) + note
-        self.body.extend(s + comment for s in self.codegen.generate_op(op, name, args))
+        statements = self.codegen.generate_op(op, name, args)
+        if self.native_kernels and statements[0].startswith("N.") and \
+                all(self.bound_at_bind(a) for a in [*op.args, op]):
+            # A native kernel over arrays bound once: its call is prepared there too.
+            call = "call" + name[1:]
+            self.bind_lines.append(f"{call} = N.prepare({op.kernel!r}, " +
+                                   statements[0][len(f"N.{op.kernel}("):])
+            statements = [f"{call}()"]
+        self.body.extend(s + comment for s in statements)
         if self.debug_nans and not op.is_view:
             self.checked_ops.append(op)
             self.body.append(f"K.check_finite(ops[{len(self.checked_ops) - 1}], {name}, "

@@ -1,0 +1,211 @@
+"""make_transformer("numpy", native=True): the batch-norm kernels in C (transformers/numpy/
+native.py) give the NumPy kernels' results (float64 to 1e-12, float32 to 1e-5), in GIN-0
+training steps with batch norm, and leave GCN and GAT as they were; the library is cached
+by its hash and reused; without a C compiler the transformer warns and runs NumPy."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import ngnn as ng
+from ngnn import datasets, nn
+from ngnn import transformers as ngt
+from ngnn.graph_train import GraphTrainer
+from ngnn.transformers.numpy import kernels as K
+from ngnn.transformers.numpy import native
+
+TOLERANCE = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+def kernel_cases(dtype, rows=23, features=5, live=17, seed=0):
+    """Each kernel's arguments (without out) and output shape, over rows of which the
+    first `live` are real."""
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(1.5, 2.0, (rows, features))).astype(dtype)
+    delta = rng.normal(size=(rows, features)).astype(dtype)
+    weight, bias = rng.normal(size=features).astype(dtype), rng.normal(size=features).astype(dtype)
+    count = None if live is None else np.array([live], dtype)
+    stats = K.batch_norm_stats(x, count, np.empty((2, features), dtype))
+    return {
+        "batch_norm_stats": ((x, count), {}, (2, features)),
+        "batch_norm_apply": ((x, stats, weight, bias, count), {"eps": 1e-5}, x.shape),
+        "batch_norm_apply_grad": ((delta, stats, weight, count), {"eps": 1e-5}, x.shape),
+        "batch_norm_apply_sums": ((delta, x, stats, count), {}, (2, features)),
+        "batch_norm_stats_grad": ((delta[:2].copy(), x, stats, count), {}, x.shape),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("live", [17, None, 0, 23])
+def test_each_kernel_equals_the_numpy_kernel(dtype, live):
+    for name, (args, options, shape) in kernel_cases(dtype, live=live).items():
+        expected = getattr(K, name)(*args, **options, out=np.full(shape, 7, dtype))
+        prepared = native.prepare(name, *args, **options, out=np.full(shape, 7, dtype))
+        assert not hasattr(prepared, "func"), f"{name} ran NumPy's kernel"
+        for got in (getattr(native, name)(*args, **options, out=np.full(shape, 7, dtype)),
+                    prepared()):
+            np.testing.assert_allclose(got, expected, rtol=TOLERANCE[dtype],
+                                       atol=TOLERANCE[dtype], err_msg=name)
+            if shape[0] != 2 and live is not None:
+                assert not got[live:].any(), f"{name}: rows past the live ones must be 0"
+
+
+def test_a_prepared_call_reads_the_live_count_at_each_call():
+    args, options, shape = kernel_cases(np.float64)["batch_norm_apply"]
+    live, out = args[-1], np.empty(shape)
+    call = native.prepare("batch_norm_apply", *args, **options, out=out)
+    for count in (17, 4, 23):
+        live[0] = count
+        expected = K.batch_norm_apply(*args, **options, out=np.empty(shape))
+        np.testing.assert_allclose(call(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_arrays_the_c_kernels_cannot_read_run_the_numpy_kernel():
+    args, options, shape = kernel_cases(np.float64)["batch_norm_apply_grad"]
+    delta = np.asfortranarray(args[0])               # not C-contiguous
+    prepared = native.prepare("batch_norm_apply_grad", delta, *args[1:], **options,
+                              out=np.empty(shape))
+    assert prepared.func is K.batch_norm_apply_grad
+    np.testing.assert_array_equal(prepared(), K.batch_norm_apply_grad(
+        delta, *args[1:], **options, out=np.empty(shape)))
+
+
+def gin_trainer(data, dtype, **options):
+    model = nn.GINGraph(data.num_features, 6, data.num_classes, num_layers=3, seed=1,
+                        dtype=dtype, batch_norm=True)
+    return GraphTrainer(model, data, batch_size=4, lr=0.01,
+                        transformer=ngt.make_transformer("numpy", **options))
+
+
+def step_gradients(trainer):
+    """The loss and every parameter's gradient of the trainer's training step (dropout
+    included) on its first batch, in its padded slot."""
+    params = trainer.model.parameters()
+    comp = trainer.transformer.computation([trainer.loss] + ng.grad(trainer.loss, params),
+                                           trainer.x, trainer.y, trainer.mask)
+    next(iter(trainer.loader.batches(0, np.arange(12))))
+    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gin_with_batch_norm_gradients_equal_numpy_kernels(dtype):
+    """GIN-0 with batch norm and dropout over a padded slot: the loss and every gradient
+    with native=True equal those without."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    plain, fast = gin_trainer(data, dtype), gin_trainer(data, dtype, native=True)
+    expected, got = step_gradients(plain), step_gradients(fast)
+    assert len(got) == 1 + len(plain.model.parameters())
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gin_with_batch_norm_trains_as_with_numpy_kernels(dtype):
+    """Two epochs of GIN-0 with batch norm: the same losses, weights and running
+    variances with native=True as without."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    plain, fast = gin_trainer(data, dtype), gin_trainer(data, dtype, native=True)
+    assert "N.prepare('batch_norm_apply'" in fast.train_step.source
+    assert "N." not in plain.train_step.source
+    for epoch in range(2):
+        losses = [t.train_epoch(np.arange(12), epoch) for t in (plain, fast)]
+        np.testing.assert_allclose(losses[1], losses[0], rtol=TOLERANCE[dtype])
+    # A bias just before a batch norm has a gradient of exactly 0, computed as rounding
+    # noise that differs with the order of the sums; Adam divides that noise by its own
+    # size, so such biases, and the running means they shift, move by noise alone.
+    # Everything else must agree.
+    noise = [layer.bias for conv in plain.model.convs for name, layer in conv
+             if name.endswith(("lin1", "lin2"))]
+    noise += [layer.running_mean for conv in plain.model.convs for name, layer in conv
+              if name.endswith(("norm1", "norm2"))]
+    compared = 0
+    weights = [m.parameters() + m.buffers() for m in (plain.model, fast.model)]
+    for v, w in zip(*weights):
+        if not any(v is n for n in noise):
+            np.testing.assert_allclose(fast.transformer.variable_value(w),
+                                       plain.transformer.variable_value(v),
+                                       rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype],
+                                       err_msg=v.name)
+            compared += 1
+    assert compared == len(weights[0]) - len(noise) > 0
+
+
+def test_native_steps_are_deterministic():
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    runs = []
+    for _ in range(2):
+        trainer = gin_trainer(data, np.float32, native=True)
+        trainer.train_epoch(np.arange(12), 0)
+        runs.append([trainer.transformer.variable_value(v) for v in trainer.variables])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def layer_forward_and_gradients(layer, graph, x, dtype, **options):
+    xs = ng.placeholder(x.shape, dtype=dtype, name="x")
+    out = layer(graph, xs)
+    grads = ng.grad(ng.sum(out * out), [xs] + layer.parameters())
+    with ngt.make_transformer("numpy", **options) as t:
+        return t.computation([out] + grads, xs)(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("make", [lambda dtype: nn.GCNConv(4, 3, seed=0, dtype=dtype),
+                                  lambda dtype: nn.GATConv(4, 3, 2, seed=0,
+                                                           dtype=dtype)],
+                         ids=["gcn", "gat"])
+def test_gcn_and_gat_forward_and_gradients_equal_numpy(dtype, make):
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 30, 120), rng.integers(0, 30, 120)
+    graph = ng.Graph.from_edges(src, dst, num_nodes=30)
+    x = rng.normal(size=(30, 4)).astype(dtype)
+    layer = make(dtype)
+    expected = layer_forward_and_gradients(layer, graph, x, dtype)
+    got = layer_forward_and_gradients(layer, graph, x, dtype, native=True)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+def test_the_library_is_cached_by_hash_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NGNN_CACHE_DIR", str(tmp_path))
+    native.library.cache_clear()
+    try:
+        native.library()
+        built = os.listdir(tmp_path / "native")
+        assert len(built) == 1 and built[0].startswith("batch_norm_") and \
+            built[0].endswith(".so")         # the temporary folder it was built in is gone
+        stamp = os.stat(tmp_path / "native" / built[0]).st_mtime_ns
+        native.library.cache_clear()
+        native.library()
+        assert os.listdir(tmp_path / "native") == built
+        assert os.stat(tmp_path / "native" / built[0]).st_mtime_ns == stamp
+    finally:
+        native.library.cache_clear()
+
+
+def test_without_a_compiler_it_warns_and_runs_numpy(monkeypatch, tmp_path):
+    monkeypatch.setenv("NGNN_CACHE_DIR", str(tmp_path))     # nothing cached to load
+    monkeypatch.setenv("CC", "no-such-compiler-ngnn")
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    native.library.cache_clear()
+    native.usable.cache_clear()
+    try:
+        data = datasets.synthetic_graphs(6, min_nodes=2, max_nodes=6, num_features=3, seed=0)
+        trainer = gin_trainer(data, np.float64, native=True)
+        with pytest.warns(RuntimeWarning, match="no C compiler found.*running the NumPy"):
+            loss = trainer.train_epoch(np.arange(6), 0)     # compiles the step
+        assert "N." not in trainer.train_step.source
+        plain = gin_trainer(data, np.float64)
+        np.testing.assert_array_equal(loss, plain.train_epoch(np.arange(6), 0))
+    finally:
+        native.library.cache_clear()
+        native.usable.cache_clear()
+
+
+def test_native_is_an_option_of_the_numpy_transformer_only():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ngt.make_transformer("numpy", native=True).close()
+    with pytest.raises((TypeError, ValueError), match="native"):
+        ngt.make_transformer("numpy", nativ=True)
