@@ -1,7 +1,8 @@
-"""make_transformer("numpy", native=True): the batch-norm kernels in C (transformers/numpy/
-native.py) give the NumPy kernels' results (float64 to 1e-12, float32 to 1e-5), in GIN-0
-training steps with batch norm, and leave GCN and GAT as they were; the library is cached
-by its hash and reused; without a C compiler the transformer warns and runs NumPy."""
+"""make_transformer("numpy", native=True): the batch-norm kernels and one head's sparse
+products in C (transformers/numpy/native.py) give the NumPy kernels' results (float64 to
+1e-12, float32 to 1e-5; the products to the bit), in GIN-0 training steps with batch norm,
+GCN and GAT forward and gradients; the library is cached by its hash and reused; without
+a C compiler the transformer warns and runs NumPy."""
 import os
 import warnings
 
@@ -107,6 +108,7 @@ def test_gin_with_batch_norm_trains_as_with_numpy_kernels(dtype):
     data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
     plain, fast = gin_trainer(data, dtype), gin_trainer(data, dtype, native=True)
     assert "N.prepare('batch_norm_apply'" in fast.train_step.source
+    assert "N.gather_sum(" in fast.train_step.source
     assert "N." not in plain.train_step.source
     for epoch in range(2):
         losses = [t.train_epoch(np.arange(12), epoch) for t in (plain, fast)]
@@ -147,7 +149,8 @@ def layer_forward_and_gradients(layer, graph, x, dtype, **options):
     out = layer(graph, xs)
     grads = ng.grad(ng.sum(out * out), [xs] + layer.parameters())
     with ngt.make_transformer("numpy", **options) as t:
-        return t.computation([out] + grads, xs)(x)
+        comp = t.computation([out] + grads, xs)
+        return comp(x), comp.source
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -161,8 +164,9 @@ def test_gcn_and_gat_forward_and_gradients_equal_numpy(dtype, make):
     graph = ng.Graph.from_edges(src, dst, num_nodes=30)
     x = rng.normal(size=(30, 4)).astype(dtype)
     layer = make(dtype)
-    expected = layer_forward_and_gradients(layer, graph, x, dtype)
-    got = layer_forward_and_gradients(layer, graph, x, dtype, native=True)
+    expected, _ = layer_forward_and_gradients(layer, graph, x, dtype)
+    got, source = layer_forward_and_gradients(layer, graph, x, dtype, native=True)
+    assert "N.gather_sum(" in source
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
@@ -209,3 +213,32 @@ def test_native_is_an_option_of_the_numpy_transformer_only():
         ngt.make_transformer("numpy", native=True).close()
     with pytest.raises((TypeError, ValueError), match="native"):
         ngt.make_transformer("numpy", nativ=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("index", [np.int64, np.int32])
+@pytest.mark.parametrize("features", [64, 37, 3])
+def test_gather_sum_equals_the_numpy_kernel_to_the_bit(dtype, index, features):
+    """One head's sparse product sums each element in CSR order, as SciPy does: equal to
+    the bit, with and without edge weights, sum and mean, vertices without edges."""
+    rng = np.random.default_rng(0)
+    n, e = 40, 150
+    x = rng.normal(size=(n, features)).astype(dtype)
+    seg = np.concatenate([[0], np.cumsum(rng.multinomial(e, np.ones(n) / n))]).astype(index)
+    assert (np.diff(seg) == 0).any()
+    cols = rng.integers(0, n, e).astype(index)
+    for weight in (None, rng.normal(size=(e, 1)).astype(dtype)):
+        for reduce in ("sum", "mean"):
+            expected = K.gather_sum(x, weight, cols, seg, reduce, np.full((n, features), 7, dtype))
+            got = native.gather_sum(x, weight, cols, seg, reduce, np.full((n, features), 7, dtype))
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_gather_sum_of_several_heads_runs_the_numpy_kernel():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 10, 3))                 # by_head layout: (heads, N, F)
+    seg, cols = np.array([0, 2, 2, 5]), np.array([1, 4, 0, 9, 9])
+    weight = rng.normal(size=(5, 2, 1))
+    np.testing.assert_array_equal(
+        native.gather_sum(x, weight, cols, seg, "sum", np.empty((3, 2, 3))),
+        K.gather_sum(x, weight, cols, seg, "sum", np.empty((3, 2, 3))))

@@ -12,7 +12,7 @@ from ngnn.op_graph import (AllReduce, Aggregate, Concat, Dropout, EdgeSoftmax, G
 from ngnn.op_graph.layout import format_index
 from ngnn.op_graph.normalization import LiveRowsOp
 
-from .native import KERNEL_PARAMS as NATIVE_KERNELS
+from .native import NATIVE_KERNELS
 
 generate_op = on_type
 
@@ -52,9 +52,11 @@ class NumPyCodeGenerator(TypeDispatched):
     @generate_op.on_type(LiveRowsOp)
     def generate_op(self, op, out, args, shape=None):
         text = op.numpy.format(**template_fields(op, out, args, shape))
-        if self.kernels == "N" and op.kernel in NATIVE_KERNELS:
-            text = "N." + text[len("K."):]
-        return [text]
+        return [self.kernel(op.kernel) + text[len(f"K.{op.kernel}"):]]
+
+    def kernel(self, name):
+        """`K.<name>`, or `N.<name>` where the native kernels are asked for and have it."""
+        return f"{'N' if self.kernels == 'N' and name in NATIVE_KERNELS else 'K'}.{name}"
 
     @generate_op.on_type(Concat)
     def generate_op(self, op, out, args):

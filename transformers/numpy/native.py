@@ -109,6 +109,48 @@ void batch_norm_stats_grad_##S(long rows, long n, long F, const T *restrict delt
 
 KERNELS(float, f32)
 KERNELS(double, f64)
+
+/* K.gather_sum's sparse product with one head: out[v] = sum over the CSR positions k of
+   block vertex v (seg[v] to seg[v + 1]) of weight[k] * x[cols[k]], or of x[cols[k]]
+   without weights; rows of F values. Each output element is summed in CSR order, as
+   SciPy's csr_matvecs sums it (a weight of 1 multiplies exactly): the same to the bit.
+   Sixteen columns at a time are summed in registers, written once. */
+#define GATHER_COLUMNS(T, TERM)                                                         \
+    for (long v = 0; v < n_v; v++) {                                                  \
+        T *restrict o = out + v * F;                                                  \
+        long f = 0;                                                                   \
+        for (; f + 16 <= F; f += 16) {                                                \
+            T acc[16] = {0};                                                          \
+            for (long k = seg[v]; k < seg[v + 1]; k++) {                              \
+                const T *restrict row = x + (long)cols[k] * F + f;                    \
+                for (int j = 0; j < 16; j++) acc[j] += TERM(row[j]);                  \
+            }                                                                         \
+            for (int j = 0; j < 16; j++) o[f + j] = acc[j];                           \
+        }                                                                             \
+        for (; f < F; f++) {                                                          \
+            T acc = 0;                                                                \
+            for (long k = seg[v]; k < seg[v + 1]; k++)                                \
+                acc += TERM(x[(long)cols[k] * F + f]);                                \
+            o[f] = acc;                                                               \
+        }                                                                             \
+    }
+#define PLAIN(value) (value)
+#define WEIGHTED(value) (weight[k] * (value))
+#define GATHER(T, S, I, IS)                                                             \
+void gather_sum_##S##_##IS(long n_v, long F, const I *restrict seg,                    \
+                           const I *restrict cols, const T *restrict weight,           \
+                           const T *restrict x, T *restrict out) {                     \
+    if (weight) {                                                                     \
+        GATHER_COLUMNS(T, WEIGHTED)                                                   \
+    } else {                                                                          \
+        GATHER_COLUMNS(T, PLAIN)                                                      \
+    }                                                                                 \
+}
+
+GATHER(float, f32, long, i64)
+GATHER(double, f64, long, i64)
+GATHER(float, f32, int, i32)
+GATHER(double, f64, int, i32)
 """
 
 # -ffp-contract=off: a * b + c rounds twice, as NumPy's separate calls do (no FMA), so
@@ -126,6 +168,10 @@ KERNEL_PARAMS = {
     "batch_norm_apply_sums": [_L, _L, _L, _P, _P, _P, _P],
     "batch_norm_stats_grad": [_L, _L, _L, _P, _P, _P, _P, _P],
 }
+INDEX_SUFFIX = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
+# gather_sum: vertices, F, seg, cols, weight or NULL, x, out.
+GATHER_PARAMS = [_L, _L, _P, _P, _P, _P, _P]
+NATIVE_KERNELS = set(KERNEL_PARAMS) | {"gather_sum"}     # what `N.` offers
 
 
 class NativeUnavailable(RuntimeError):
@@ -194,6 +240,10 @@ def library():
         for suffix in SUFFIX.values():
             function = getattr(lib, f"{name}_{suffix}")
             function.argtypes, function.restype = params, None
+    for suffix in SUFFIX.values():
+        for index in INDEX_SUFFIX.values():
+            function = getattr(lib, f"gather_sum_{suffix}_{index}")
+            function.argtypes, function.restype = GATHER_PARAMS, None
     return lib
 
 
@@ -270,3 +320,23 @@ def batch_norm_apply_sums(delta, x, stats, live, out):
 
 def batch_norm_stats_grad(delta, x, stats, live, out):
     return prepare("batch_norm_stats_grad", delta, x, stats, live, out=out)()
+
+
+def gather_sum(x, weight, cols, seg, reduce, out):
+    """K.gather_sum in C where one head's product over contiguous arrays is asked for; its
+    other cases (several heads, other layouts) run K.gather_sum."""
+    n_v, n_e = len(seg) - 1, len(cols)
+    width = x.size // x.shape[0] if x.shape[0] else 0
+    weights = None if weight is None else weight.reshape(-1)
+    if x.dtype not in SUFFIX or seg.dtype not in INDEX_SUFFIX or cols.dtype != seg.dtype or \
+            out.dtype != x.dtype or out.size != n_v * width or \
+            (weights is not None and (weights.size != n_e or weights.dtype != x.dtype)) or \
+            not all(a.flags.c_contiguous for a in (x, cols, seg, out) +
+                    (() if weights is None else (weights,))):
+        return K.gather_sum(x, weight, cols, seg, reduce, out)
+    function = getattr(library(), f"gather_sum_{SUFFIX[x.dtype]}_{INDEX_SUFFIX[seg.dtype]}")
+    function(n_v, width, seg.ctypes.data, cols.ctypes.data,
+             None if weights is None else weights.ctypes.data, x.ctypes.data, out.ctypes.data)
+    if reduce == "mean":
+        K.divide_by_degrees(out, seg)
+    return out
