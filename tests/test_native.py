@@ -177,7 +177,7 @@ def test_the_library_is_cached_by_hash_and_reused(tmp_path, monkeypatch):
     try:
         native.library()
         built = os.listdir(tmp_path / "native")
-        assert len(built) == 1 and built[0].startswith("batch_norm_") and \
+        assert len(built) == 1 and built[0].startswith("kernels_") and \
             built[0].endswith(".so")         # the temporary folder it was built in is gone
         stamp = os.stat(tmp_path / "native" / built[0]).st_mtime_ns
         native.library.cache_clear()
@@ -242,3 +242,54 @@ def test_gather_sum_of_several_heads_runs_the_numpy_kernel():
     np.testing.assert_array_equal(
         native.gather_sum(x, weight, cols, seg, "sum", np.empty((3, 2, 3))),
         K.gather_sum(x, weight, cols, seg, "sum", np.empty((3, 2, 3))))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_element_wise_ops_in_c_equal_numpy(dtype):
+    """Element-wise ops over arrays bound once (here: intermediates and a variable) run as
+    C loops rendered from their `c` templates: row, column and scalar broadcasts, NaN
+    kept by ReLU and maximum, comparisons, exp and friends; equal to the NumPy
+    transformer's results (the arithmetic to the bit, libm's functions to TOLERANCE)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 32)).astype(dtype)
+    xs = ng.placeholder(x.shape, dtype=dtype, name="x")
+    bias = ng.variable((32,), dtype=dtype, initial_value=rng.normal(size=32), name="bias")
+    scale = ng.constant(np.where(np.arange(32) == 4, np.nan, 1.5), dtype=dtype)
+    h = xs * scale                          # reads the placeholder: stays NumPy; NaN column 4
+    rows = ng.sum(h, axis=1, keepdims=True)     # (48, 1): broadcast along the rows
+    exact = [h + bias, ng.relu(h), h > 0.0, h * rows, ng.maximum(h, 0.25), h - 2.0,
+             ng.leaky_relu(h, 0.1)]
+    functions = [ng.exp(h), ng.sigmoid(h), ng.tanh(h)]
+    results = {}
+    for native_kernels in (False, True):
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(exact + functions, xs)
+            results[native_kernels] = comp(x)
+            source = comp.source
+    assert source.count("N.prepare_elementwise(") >= len(exact + functions)
+    for k, (got, expected) in enumerate(zip(results[True], results[False])):
+        if k < len(exact):
+            np.testing.assert_array_equal(got, expected)
+        else:
+            np.testing.assert_allclose(got, expected, rtol=TOLERANCE[dtype],
+                                       atol=TOLERANCE[dtype])
+
+
+def test_an_element_wise_op_over_overlapping_arrays_keeps_its_numpy_call():
+    from ngnn.transformers.numpy.native_elementwise import NativeElementwise
+    xs = ng.placeholder((40, 32), dtype=np.float64)
+    renderer = NativeElementwise()
+    function = renderer.add(ng.relu(xs), "relu")
+    renderer.load()
+    buffer = np.arange(41 * 32, dtype=np.float64) - 600.0
+    x, shifted = buffer[:40 * 32].reshape(40, 32), buffer[32:].reshape(40, 32)
+
+    def statement():
+        return np.maximum(x, 0.0, out=shifted)
+
+    assert native.prepare_elementwise(getattr(renderer.library, function), (x,), shifted,
+                                      statement) is statement
+    in_place = native.prepare_elementwise(getattr(renderer.library, function), (x,), x,
+                                          statement)
+    assert in_place is not statement
+    np.testing.assert_array_equal(in_place(), np.maximum(buffer[:40 * 32], 0.0).reshape(40, 32))

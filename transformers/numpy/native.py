@@ -206,35 +206,46 @@ def _cpu_identity():
 
 
 @functools.lru_cache(maxsize=None)
-def library():
-    """The compiled kernels (a ctypes.CDLL), built or found in the cache; raises
-    NativeUnavailable saying why not."""
+def _version(cc):
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True,
+                              timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        raise NativeUnavailable(f"the C compiler {cc} does not run: {error}") from None
+
+
+def build(source, stem):
+    """The path of the shared library compiled from C `source`, named `stem` and the hash
+    of the source, the compiler, its flags and the CPU; built once, then found in the
+    cache. Raises NativeUnavailable saying why it cannot be built."""
     cc = compiler()
     if cc is None:
         raise NativeUnavailable("no C compiler found (tried $CC, cc and Python's "
                                 f"{sysconfig.get_config_var('CC')!r})")
-    try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
-                                 timeout=60).stdout
-    except (OSError, subprocess.SubprocessError) as error:
-        raise NativeUnavailable(f"the C compiler {cc} does not run: {error}") from None
-    key = hashlib.sha256("\0".join([SOURCE, cc, version, " ".join(FLAGS), platform.machine(),
-                                    _cpu_identity()]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([source, cc, _version(cc), " ".join(FLAGS),
+                                    platform.machine(), _cpu_identity()]).encode())
     folder = cache_dir()
-    path = os.path.join(folder, f"batch_norm_{key}.so")
+    path = os.path.join(folder, f"{stem}_{key.hexdigest()[:24]}.so")
     if not os.path.exists(path):
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as work:
-            source = os.path.join(work, "batch_norm.c")
-            with open(source, "w") as f:
-                f.write(SOURCE)
-            built = os.path.join(work, "batch_norm.so")
-            result = subprocess.run([cc, *FLAGS, "-o", built, source, "-lm"],
+            source_file = os.path.join(work, f"{stem}.c")
+            with open(source_file, "w") as f:
+                f.write(source)
+            built = os.path.join(work, f"{stem}.so")
+            result = subprocess.run([cc, *FLAGS, "-o", built, source_file, "-lm"],
                                     capture_output=True, text=True, timeout=300)
             if result.returncode != 0:
-                raise NativeUnavailable(f"{cc} failed on the native kernels:\n"
-                                        f"{result.stderr.strip()}")
+                raise NativeUnavailable(f"{cc} failed on {stem}.c:\n{result.stderr.strip()}")
             os.replace(built, path)     # atomic: another process sees all of it or none
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The compiled kernels (a ctypes.CDLL), built or found in the cache; raises
+    NativeUnavailable saying why not."""
+    path = build(SOURCE, "kernels")
     lib = ctypes.CDLL(path)
     for name, params in KERNEL_PARAMS.items():
         for suffix in SUFFIX.values():
@@ -340,3 +351,21 @@ def gather_sum(x, weight, cols, seg, reduce, out):
     if reduce == "mean":
         K.divide_by_degrees(out, seg)
     return out
+
+
+def prepare_elementwise(function, args, out, statement):
+    """A C function of native_elementwise over the arrays `args` into `out`, as a function of
+    no arguments with their addresses taken now; `statement` (the op's NumPy call) where
+    an argument overlaps `out` other than element for element, or is not C-contiguous."""
+    for a in args:
+        exact = a.ctypes.data == out.ctypes.data and a.shape == out.shape and \
+            a.strides == out.strides
+        if not a.flags.c_contiguous or (np.may_share_memory(a, out) and not exact):
+            return statement
+    addresses = [a.ctypes.data for a in args] + [out.ctypes.data]
+
+    def call():
+        function(*addresses)
+        return out
+    call.arrays = (args, out)       # alive as long as their addresses are used
+    return call

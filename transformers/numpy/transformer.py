@@ -23,6 +23,7 @@ from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buf
 from . import native
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
+from .native_elementwise import NativeElementwise
 
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
@@ -119,6 +120,8 @@ class NumPyTransformer(Transformer):
         native_kernels = self.options.get("native", False) and native.usable()
         module = ModuleWriter(computation, self.debug_nans, native_kernels)
         source = module.render()
+        if module.elementwise is not None and module.elementwise.functions:
+            module.elementwise.load()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
         # the computation (or when the transformer closes).
@@ -181,11 +184,12 @@ class ModuleWriter:
         self.variables, self.constants, self.graphs = [], [], []
         self.bind_lines, self.body, self.deferred = [], [], []
         self.codegen = NumPyCodeGenerator(self.ref, "N" if native_kernels else "K")
+        self.elementwise = NativeElementwise() if native_kernels else None
 
     def ref(self, kind, obj):
         """Name of a module-level object the code uses: a graph, or the exchange that
         talks to other ranks (both passed to bind in `graphs`)."""
-        prefix = {"graph": "g", "exchange": "exchange"}[kind]
+        prefix = {"graph": "g", "exchange": "exchange", "native": "native"}[kind]
         index = next((i for i, known in enumerate(self.graphs) if known is obj), None)
         if index is None:
             index = len(self.graphs)
@@ -296,6 +300,19 @@ class ModuleWriter:
             call = "call" + name[1:]
             self.bind_lines.append(f"{call} = N.prepare({op.kernel!r}, " +
                                    statements[0][len(f"N.{op.kernel}("):])
+            statements = [f"{call}()"]
+        elif self.elementwise is not None and len(statements) == 1 and \
+                self.bound_at_bind(op) and self.elementwise.accepts(
+                    op, [self.bound_at_bind(a) for a in op.args]):
+            # An element-wise op in C (native_elementwise.py), its NumPy call kept for
+            # arrays that turn out to overlap.
+            function = self.elementwise.add(op, op_comment(op, self.value_names))
+            arrays = [a for a, arg in zip(args, op.args) if not is_scalar_constant(arg)]
+            call = "call" + name[1:]
+            self.bind_lines.append(
+                f"{call} = N.prepare_elementwise({self.ref('native', self.elementwise)}"
+                f".library.{function}, ({''.join(a + ', ' for a in arrays)}), {name}, "
+                f"lambda: {statements[0]})")
             statements = [f"{call}()"]
         self.body.extend(s + comment for s in statements)
         if self.debug_nans and not op.is_view:
