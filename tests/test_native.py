@@ -171,6 +171,19 @@ def test_gcn_and_gat_forward_and_gradients_equal_numpy(dtype, make):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+def test_chunked_steps_under_a_memory_budget_equal_numpy():
+    rng = np.random.default_rng(0)
+    graph = ng.Graph.from_edges(rng.integers(0, 300, 3000), rng.integers(0, 300, 3000),
+                                num_nodes=300)
+    x = rng.normal(size=(300, 16))
+    layer = nn.GATConv(16, 8, 2, seed=0, dtype=np.float64)
+    expected, _ = layer_forward_and_gradients(layer, graph, x, np.float64)
+    got, _ = layer_forward_and_gradients(layer, graph, x, np.float64, native=True,
+                                         memory_budget=1 << 16)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_the_library_is_cached_by_hash_and_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("NGNN_CACHE_DIR", str(tmp_path))
     native.library.cache_clear()

@@ -79,7 +79,8 @@ class NumPyResident(Resident):
 class NumPyTransformer(Transformer):
     name = "numpy"
     resident_class = NumPyResident
-    # native=True: the batch-norm kernels in C (native.py), where a C compiler is found.
+    # native=True: batch norm's kernels, one head's sparse products and the large
+    # element-wise ops in C (native.py, native_elementwise.py), where a C compiler is found.
     extra_options = ("fusion_block_bytes", "native")
 
     def late_passes(self):
@@ -187,8 +188,9 @@ class ModuleWriter:
         self.elementwise = NativeElementwise() if native_kernels else None
 
     def ref(self, kind, obj):
-        """Name of a module-level object the code uses: a graph, or the exchange that
-        talks to other ranks (both passed to bind in `graphs`)."""
+        """Name of a module-level object the code uses: a graph, the exchange that talks
+        to other ranks, or the native element-wise functions (all passed to bind in
+        `graphs`)."""
         prefix = {"graph": "g", "exchange": "exchange", "native": "native"}[kind]
         index = next((i for i, known in enumerate(self.graphs) if known is obj), None)
         if index is None:
