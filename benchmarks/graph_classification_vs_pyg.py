@@ -4,6 +4,7 @@ GIN paper's 10-fold cross-validation, and the time of a training epoch.
     python benchmarks/graph_classification_vs_pyg.py accuracy                # 4 datasets
     python benchmarks/graph_classification_vs_pyg.py accuracy --datasets mutag --epochs 100
     python benchmarks/graph_classification_vs_pyg.py speed --dataset nci1 --epochs 3
+    python benchmarks/graph_classification_vs_pyg.py speed --native    # also native=True
 
 Both sides train the same model on the same data, folds and settings:
   - GIN-0 (Xu et al. 2019): 5 layers counting the input, so 4 GINConv layers with eps = 0
@@ -27,7 +28,9 @@ median of `--epochs` epochs, both sides single-threaded on the CPU (torch.set_nu
 OMP/OpenBLAS threads 1 for NumPy), alternating ngnn and PyG epochs so machine load hits
 both alike; the wall clock and the process's CPU time of each, and both ratios (on a
 shared machine others' load stretches the wall clock). ngnn's part includes cutting and
-loading each batch (GraphLoader), PyG's its DataLoader's collation.
+loading each batch (GraphLoader), PyG's its DataLoader's collation. `--native` times a
+third side in the same run: ngnn with the NumPy transformer's native (C) batch-norm
+kernels (make_transformer("numpy", native=True), docs/native.md).
 """
 import argparse
 import os
@@ -143,13 +146,15 @@ class PygRun:
 
 # ---- ngnn's side ------------------------------------------------------------------------
 
-def ngnn_trainer(data, hidden, seed, batch_size=32, batch_norm=True):
+def ngnn_trainer(data, hidden, seed, batch_size=32, batch_norm=True, native=False):
     from ngnn import nn, optim
+    from ngnn import transformers as ngt
     from ngnn.graph_train import GraphTrainer
     model = nn.GINGraph(data.num_features, hidden, data.num_classes, seed=seed,
                         batch_norm=batch_norm)
     return GraphTrainer(model, data, batch_size=batch_size, lr=LR, seed=seed,
-                        schedule=optim.StepLR(LR_STEP, LR_GAMMA))
+                        schedule=optim.StepLR(LR_STEP, LR_GAMMA),
+                        transformer=ngt.make_transformer("numpy", native=native))
 
 
 # ---- the two measurements ---------------------------------------------------------------
@@ -199,34 +204,42 @@ def speed(args):
     torch.set_num_threads(1)
     data = datasets.load(args.dataset)
     everything = np.arange(data.num_graphs)
-    trainer = ngnn_trainer(data, args.hidden, args.seed, args.batch_size, args.batch_norm)
+    trainers = {"ngnn": ngnn_trainer(data, args.hidden, args.seed, args.batch_size,
+                                     args.batch_norm)}
+    if args.native:
+        trainers["ngnn native"] = ngnn_trainer(data, args.hidden, args.seed, args.batch_size,
+                                               args.batch_norm, native=True)
     pyg = PygRun(data, args.hidden, args.seed, args.batch_size, args.batch_norm)
     pyg.reset()
-    times = {"ngnn": [], "pyg": []}
-    cpu = {"ngnn": [], "pyg": []}
-    runs = {"ngnn": lambda epoch: trainer.train_epoch(everything, epoch),
-            "pyg": lambda epoch: pyg.train_epoch(everything)}
+    runs = {side: (lambda epoch, t=t: t.train_epoch(everything, epoch))
+            for side, t in trainers.items()}
+    runs["pyg"] = lambda epoch: pyg.train_epoch(everything)
+    times = {side: [] for side in runs}
+    cpu = {side: [] for side in runs}
+    order = list(runs)
     for epoch in range(args.epochs + 1):
-        for side in (("ngnn", "pyg") if epoch % 2 == 0 else ("pyg", "ngnn")):
+        for side in (order if epoch % 2 == 0 else order[::-1]):
             start, start_cpu = time.perf_counter(), time.process_time()
             runs[side](epoch)
             if epoch:           # epoch 0 warms up (ngnn compiles its step there)
                 times[side].append(time.perf_counter() - start)
                 cpu[side].append(time.process_time() - start_cpu)
-    ngnn_time, pyg_time = np.median(times["ngnn"]), np.median(times["pyg"])
-    ngnn_cpu, pyg_cpu = np.median(cpu["ngnn"]), np.median(cpu["pyg"])
     print(f"{data.summary()}; GIN-0 hidden {args.hidden}, batches of {args.batch_size}, one "
           f"thread each; median of {args.epochs} epochs after a warm-up epoch")
-    for side, label in (("ngnn", "ngnn (numpy transformer)"),
-                        ("pyg", "PyG (DataLoader + GINConv + global_add_pool)")):
-        print(f"{label}: {np.median(times[side]):.2f} s/epoch, CPU "
+    labels = {"ngnn": "ngnn (numpy transformer)",
+              "ngnn native": "ngnn (numpy transformer, native=True)",
+              "pyg": "PyG (DataLoader + GINConv + global_add_pool)"}
+    for side in runs:
+        print(f"{labels[side]}: {np.median(times[side]):.2f} s/epoch, CPU "
               f"{np.median(cpu[side]):.2f} s/epoch   (epochs: "
               f"{', '.join(f'{t:.2f}' for t in times[side])})")
     # The process's CPU seconds as well as the wall clock's: on a shared machine a
     # neighbour's load stretches wall time, not the CPU time each side uses.
-    print(f"speed-up ngnn / PyG: {pyg_time / ngnn_time:.2f}x wall clock, "
-          f"{pyg_cpu / ngnn_cpu:.2f}x CPU time")
-    trainer.transformer.close()
+    for side in trainers:
+        print(f"speed-up {side} / PyG: {np.median(times['pyg']) / np.median(times[side]):.2f}x "
+              f"wall clock, {np.median(cpu['pyg']) / np.median(cpu[side]):.2f}x CPU time")
+    for trainer in trainers.values():
+        trainer.transformer.close()
 
 
 def main(argv=None):
@@ -244,6 +257,8 @@ def main(argv=None):
     fast.add_argument("--batch-size", type=int, default=32)
     fast.add_argument("--hidden", type=int, default=64)
     fast.add_argument("--seed", type=int, default=0)
+    fast.add_argument("--native", action="store_true",
+                      help="also time ngnn with native=True (C batch-norm kernels)")
     for command in (acc, fast):
         command.add_argument("--no-batch-norm", dest="batch_norm", action="store_false",
                              help="GIN's MLPs without the paper's batch norm, both sides")

@@ -10,6 +10,9 @@ from ngnn.op_graph import (AllReduce, Aggregate, Concat, Dropout, EdgeSoftmax, G
                            MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce, Softmax,
                            SparseDot, SparseDropout, SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
+from ngnn.op_graph.normalization import LiveRowsOp
+
+from .native import NATIVE_KERNELS
 
 generate_op = on_type
 
@@ -30,8 +33,9 @@ class NumPyCodeGenerator(TypeDispatched):
     named `out` from arrays named `args`. `refs(kind, obj)` names module-level objects
     (graphs) the statements use."""
 
-    def __init__(self, refs):
+    def __init__(self, refs, kernels="K"):
         self.refs = refs
+        self.kernels = kernels      # where the live-row kernels are: "K", or "N" (native.py)
 
     @generate_op.on_type(Op)
     def generate_op(self, op, out, args, shape=None):
@@ -44,6 +48,15 @@ class NumPyCodeGenerator(TypeDispatched):
     def is_view_template(op):
         """Templates that bind `out` to a view instead of writing into it."""
         return op.numpy is not None and op.numpy.startswith("{out} = ")
+
+    @generate_op.on_type(LiveRowsOp)
+    def generate_op(self, op, out, args, shape=None):
+        text = op.numpy.format(**template_fields(op, out, args, shape))
+        return [self.kernel(op.kernel) + text[len(f"K.{op.kernel}"):]]
+
+    def kernel(self, name):
+        """`K.<name>`, or `N.<name>` where the native kernels are asked for and have it."""
+        return f"{'N' if self.kernels == 'N' and name in NATIVE_KERNELS else 'K'}.{name}"
 
     @generate_op.on_type(Concat)
     def generate_op(self, op, out, args):

@@ -246,7 +246,8 @@ class FusedGroupWriter:
                     local.get(weight) or self.edge_rows(weight)
                 other = "src" if end == "dst" else "dst"
                 self.block_views.append(f"{name} = {target}")
-                return [f"K.gather_sum({self.product_source(x, weight, op.dtype)[0]}, "
+                return [f"{self.codegen.kernel('gather_sum')}("
+                        f"{self.product_source(x, weight, op.dtype)[0]}, "
                         f"{w}, {other}, "
                         f"seg, {op.reduce!r}, "
                         f"out={name})"]

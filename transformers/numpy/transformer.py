@@ -20,8 +20,10 @@ from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
 from ngnn.passes.buffer_sharing import BufferSharing
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
+from . import native
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
+from .native_elementwise import NativeElementwise
 
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
@@ -77,7 +79,9 @@ class NumPyResident(Resident):
 class NumPyTransformer(Transformer):
     name = "numpy"
     resident_class = NumPyResident
-    extra_options = ("fusion_block_bytes",)
+    # native=True: batch norm's kernels, one head's sparse products and the large
+    # element-wise ops in C (native.py, native_elementwise.py), where a C compiler is found.
+    extra_options = ("fusion_block_bytes", "native")
 
     def late_passes(self):
         # The fused groups' blocks are planned once, for the code writer and the simulator.
@@ -114,8 +118,11 @@ class NumPyTransformer(Transformer):
         super().close()
 
     def transform_ordered_ops(self, computation):
-        module = ModuleWriter(computation, self.debug_nans)
+        native_kernels = self.options.get("native", False) and native.usable()
+        module = ModuleWriter(computation, self.debug_nans, native_kernels)
         source = module.render()
+        if module.elementwise is not None and module.elementwise.functions:
+            module.elementwise.load()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
         # the computation (or when the transformer closes).
@@ -165,9 +172,10 @@ def without_float_warnings(executor):
 class ModuleWriter:
     """Renders one computation as a Python module."""
 
-    def __init__(self, computation, debug_nans=False):
+    def __init__(self, computation, debug_nans=False, native_kernels=False):
         self.comp = computation
         self.debug_nans = debug_nans
+        self.native_kernels = native_kernels
         self.checked_ops = []       # ops whose outputs the NaN finder checks (`ops[i]`)
         self.plan = computation.memory_plan
         # op -> its name in the module: the IR's name (`%8` is `t_8`, ngnn/naming.py), a
@@ -176,12 +184,14 @@ class ModuleWriter:
         self.value_names = computation.value_names
         self.variables, self.constants, self.graphs = [], [], []
         self.bind_lines, self.body, self.deferred = [], [], []
-        self.codegen = NumPyCodeGenerator(self.ref)
+        self.codegen = NumPyCodeGenerator(self.ref, "N" if native_kernels else "K")
+        self.elementwise = NativeElementwise() if native_kernels else None
 
     def ref(self, kind, obj):
-        """Name of a module-level object the code uses: a graph, or the exchange that
-        talks to other ranks (both passed to bind in `graphs`)."""
-        prefix = {"graph": "g", "exchange": "exchange"}[kind]
+        """Name of a module-level object the code uses: a graph, the exchange that talks
+        to other ranks, or the native element-wise functions (all passed to bind in
+        `graphs`)."""
+        prefix = {"graph": "g", "exchange": "exchange", "native": "native"}[kind]
         index = next((i for i, known in enumerate(self.graphs) if known is obj), None)
         if index is None:
             index = len(self.graphs)
@@ -194,6 +204,13 @@ class ModuleWriter:
             self.names[op] = literal(op.value, op.dtype) if is_scalar_constant(op) else \
                 value_identifier(self.value_names[op])
         return self.names[op]
+
+    def bound_at_bind(self, op):
+        """Whether `op`'s array is made by `bind` (a variable, an array constant, a planned
+        buffer's view), so is the same array at every call."""
+        op = self.plan.into_variable.get(op, op)
+        return isinstance(op, Variable) or op in self.plan.slots or \
+            (isinstance(op, Constant) and op.value.ndim > 0)
 
     def comment(self, op):
         """`  # %8 = divide(%6, %7)`: the op a line computes, as the IR writes it."""
@@ -219,8 +236,10 @@ class ModuleWriter:
                  'transformer."""',
                  "import numpy as np",
                  "import scipy.special",
-                 "from ngnn.transformers.numpy import kernels as K",
-                 "", "",
+                 "from ngnn.transformers.numpy import kernels as K"]
+        if self.native_kernels:
+            lines.append("from ngnn.transformers.numpy import native as N")
+        lines += ["", "",
                  "def bind(buffers, variables, constants, graphs, ops):"]
         # Made whenever a group has block values, even of 0 bytes (no vertices, or rows of
         # width 0): the groups' views into it are bound all the same.
@@ -276,7 +295,28 @@ class ModuleWriter:
             self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
                                    f"{op.shape}, np.{op.dtype.name})")
         comment = self.comment(op) + note
-        self.body.extend(s + comment for s in self.codegen.generate_op(op, name, args))
+        statements = self.codegen.generate_op(op, name, args)
+        if self.native_kernels and statements[0].startswith("N.") and \
+                all(self.bound_at_bind(a) for a in [*op.args, op]):
+            # A native kernel over arrays bound once: its call is prepared there too.
+            call = "call" + name[1:]
+            self.bind_lines.append(f"{call} = N.prepare({op.kernel!r}, " +
+                                   statements[0][len(f"N.{op.kernel}("):])
+            statements = [f"{call}()"]
+        elif self.elementwise is not None and len(statements) == 1 and \
+                self.bound_at_bind(op) and self.elementwise.accepts(
+                    op, [self.bound_at_bind(a) for a in op.args]):
+            # An element-wise op in C (native_elementwise.py), its NumPy call kept for
+            # arrays that turn out to overlap.
+            function = self.elementwise.add(op, op_comment(op, self.value_names))
+            arrays = [a for a, arg in zip(args, op.args) if not is_scalar_constant(arg)]
+            call = "call" + name[1:]
+            self.bind_lines.append(
+                f"{call} = N.prepare_elementwise({self.ref('native', self.elementwise)}"
+                f".library.{function}, ({''.join(a + ', ' for a in arrays)}), {name}, "
+                f"lambda: {statements[0]})")
+            statements = [f"{call}()"]
+        self.body.extend(s + comment for s in statements)
         if self.debug_nans and not op.is_view:
             self.checked_ops.append(op)
             self.body.append(f"K.check_finite(ops[{len(self.checked_ops) - 1}], {name}, "

@@ -1,0 +1,308 @@
+"""make_transformer("numpy", native=True): the batch-norm kernels and one head's sparse
+products in C (transformers/numpy/native.py) give the NumPy kernels' results (float64 to
+1e-12, float32 to 1e-5; the products to the bit), in GIN-0 training steps with batch norm,
+GCN and GAT forward and gradients; the library is cached by its hash and reused; without
+a C compiler the transformer warns and runs NumPy."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import ngnn as ng
+from ngnn import datasets, nn
+from ngnn import transformers as ngt
+from ngnn.graph_train import GraphTrainer
+from ngnn.transformers.numpy import kernels as K
+from ngnn.transformers.numpy import native
+
+TOLERANCE = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+def kernel_cases(dtype, rows=23, features=5, live=17, seed=0):
+    """Each kernel's arguments (without out) and output shape, over rows of which the
+    first `live` are real."""
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(1.5, 2.0, (rows, features))).astype(dtype)
+    delta = rng.normal(size=(rows, features)).astype(dtype)
+    weight, bias = rng.normal(size=features).astype(dtype), rng.normal(size=features).astype(dtype)
+    count = None if live is None else np.array([live], dtype)
+    stats = K.batch_norm_stats(x, count, np.empty((2, features), dtype))
+    return {
+        "batch_norm_stats": ((x, count), {}, (2, features)),
+        "batch_norm_apply": ((x, stats, weight, bias, count), {"eps": 1e-5}, x.shape),
+        "batch_norm_apply_grad": ((delta, stats, weight, count), {"eps": 1e-5}, x.shape),
+        "batch_norm_apply_sums": ((delta, x, stats, count), {}, (2, features)),
+        "batch_norm_stats_grad": ((delta[:2].copy(), x, stats, count), {}, x.shape),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("live", [17, None, 0, 23])
+def test_each_kernel_equals_the_numpy_kernel(dtype, live):
+    for name, (args, options, shape) in kernel_cases(dtype, live=live).items():
+        expected = getattr(K, name)(*args, **options, out=np.full(shape, 7, dtype))
+        prepared = native.prepare(name, *args, **options, out=np.full(shape, 7, dtype))
+        assert not hasattr(prepared, "func"), f"{name} ran NumPy's kernel"
+        for got in (getattr(native, name)(*args, **options, out=np.full(shape, 7, dtype)),
+                    prepared()):
+            np.testing.assert_allclose(got, expected, rtol=TOLERANCE[dtype],
+                                       atol=TOLERANCE[dtype], err_msg=name)
+            if shape[0] != 2 and live is not None:
+                assert not got[live:].any(), f"{name}: rows past the live ones must be 0"
+
+
+def test_a_prepared_call_reads_the_live_count_at_each_call():
+    args, options, shape = kernel_cases(np.float64)["batch_norm_apply"]
+    live, out = args[-1], np.empty(shape)
+    call = native.prepare("batch_norm_apply", *args, **options, out=out)
+    for count in (17, 4, 23):
+        live[0] = count
+        expected = K.batch_norm_apply(*args, **options, out=np.empty(shape))
+        np.testing.assert_allclose(call(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_arrays_the_c_kernels_cannot_read_run_the_numpy_kernel():
+    args, options, shape = kernel_cases(np.float64)["batch_norm_apply_grad"]
+    delta = np.asfortranarray(args[0])               # not C-contiguous
+    prepared = native.prepare("batch_norm_apply_grad", delta, *args[1:], **options,
+                              out=np.empty(shape))
+    assert prepared.func is K.batch_norm_apply_grad
+    np.testing.assert_array_equal(prepared(), K.batch_norm_apply_grad(
+        delta, *args[1:], **options, out=np.empty(shape)))
+
+
+def gin_trainer(data, dtype, **options):
+    model = nn.GINGraph(data.num_features, 6, data.num_classes, num_layers=3, seed=1,
+                        dtype=dtype, batch_norm=True)
+    return GraphTrainer(model, data, batch_size=4, lr=0.01,
+                        transformer=ngt.make_transformer("numpy", **options))
+
+
+def step_gradients(trainer):
+    """The loss and every parameter's gradient of the trainer's training step (dropout
+    included) on its first batch, in its padded slot."""
+    params = trainer.model.parameters()
+    comp = trainer.transformer.computation([trainer.loss] + ng.grad(trainer.loss, params),
+                                           trainer.x, trainer.y, trainer.mask)
+    next(iter(trainer.loader.batches(0, np.arange(12))))
+    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gin_with_batch_norm_gradients_equal_numpy_kernels(dtype):
+    """GIN-0 with batch norm and dropout over a padded slot: the loss and every gradient
+    with native=True equal those without."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    plain, fast = gin_trainer(data, dtype), gin_trainer(data, dtype, native=True)
+    expected, got = step_gradients(plain), step_gradients(fast)
+    assert len(got) == 1 + len(plain.model.parameters())
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gin_with_batch_norm_trains_as_with_numpy_kernels(dtype):
+    """Two epochs of GIN-0 with batch norm: the same losses, weights and running
+    variances with native=True as without."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    plain, fast = gin_trainer(data, dtype), gin_trainer(data, dtype, native=True)
+    assert "N.prepare('batch_norm_apply'" in fast.train_step.source
+    assert "N.gather_sum(" in fast.train_step.source
+    assert "N." not in plain.train_step.source
+    for epoch in range(2):
+        losses = [t.train_epoch(np.arange(12), epoch) for t in (plain, fast)]
+        np.testing.assert_allclose(losses[1], losses[0], rtol=TOLERANCE[dtype])
+    # A bias just before a batch norm has a gradient of exactly 0, computed as rounding
+    # noise that differs with the order of the sums; Adam divides that noise by its own
+    # size, so such biases, and the running means they shift, move by noise alone.
+    # Everything else must agree.
+    noise = [layer.bias for conv in plain.model.convs for name, layer in conv
+             if name.endswith(("lin1", "lin2"))]
+    noise += [layer.running_mean for conv in plain.model.convs for name, layer in conv
+              if name.endswith(("norm1", "norm2"))]
+    compared = 0
+    weights = [m.parameters() + m.buffers() for m in (plain.model, fast.model)]
+    for v, w in zip(*weights):
+        if not any(v is n for n in noise):
+            np.testing.assert_allclose(fast.transformer.variable_value(w),
+                                       plain.transformer.variable_value(v),
+                                       rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype],
+                                       err_msg=v.name)
+            compared += 1
+    assert compared == len(weights[0]) - len(noise) > 0
+
+
+def test_native_steps_are_deterministic():
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    runs = []
+    for _ in range(2):
+        trainer = gin_trainer(data, np.float32, native=True)
+        trainer.train_epoch(np.arange(12), 0)
+        runs.append([trainer.transformer.variable_value(v) for v in trainer.variables])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def layer_forward_and_gradients(layer, graph, x, dtype, **options):
+    xs = ng.placeholder(x.shape, dtype=dtype, name="x")
+    out = layer(graph, xs)
+    grads = ng.grad(ng.sum(out * out), [xs] + layer.parameters())
+    with ngt.make_transformer("numpy", **options) as t:
+        comp = t.computation([out] + grads, xs)
+        return comp(x), comp.source
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("make", [lambda dtype: nn.GCNConv(4, 3, seed=0, dtype=dtype),
+                                  lambda dtype: nn.GATConv(4, 3, 2, seed=0,
+                                                           dtype=dtype)],
+                         ids=["gcn", "gat"])
+def test_gcn_and_gat_forward_and_gradients_equal_numpy(dtype, make):
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 30, 120), rng.integers(0, 30, 120)
+    graph = ng.Graph.from_edges(src, dst, num_nodes=30)
+    x = rng.normal(size=(30, 4)).astype(dtype)
+    layer = make(dtype)
+    expected, _ = layer_forward_and_gradients(layer, graph, x, dtype)
+    got, source = layer_forward_and_gradients(layer, graph, x, dtype, native=True)
+    assert "N.gather_sum(" in source
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+def test_chunked_steps_under_a_memory_budget_equal_numpy():
+    rng = np.random.default_rng(0)
+    graph = ng.Graph.from_edges(rng.integers(0, 300, 3000), rng.integers(0, 300, 3000),
+                                num_nodes=300)
+    x = rng.normal(size=(300, 16))
+    layer = nn.GATConv(16, 8, 2, seed=0, dtype=np.float64)
+    expected, _ = layer_forward_and_gradients(layer, graph, x, np.float64)
+    got, _ = layer_forward_and_gradients(layer, graph, x, np.float64, native=True,
+                                         memory_budget=1 << 16)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_library_is_cached_by_hash_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NGNN_CACHE_DIR", str(tmp_path))
+    native.library.cache_clear()
+    try:
+        native.library()
+        built = os.listdir(tmp_path / "native")
+        assert len(built) == 1 and built[0].startswith("kernels_") and \
+            built[0].endswith(".so")         # the temporary folder it was built in is gone
+        stamp = os.stat(tmp_path / "native" / built[0]).st_mtime_ns
+        native.library.cache_clear()
+        native.library()
+        assert os.listdir(tmp_path / "native") == built
+        assert os.stat(tmp_path / "native" / built[0]).st_mtime_ns == stamp
+    finally:
+        native.library.cache_clear()
+
+
+def test_without_a_compiler_it_warns_and_runs_numpy(monkeypatch, tmp_path):
+    monkeypatch.setenv("NGNN_CACHE_DIR", str(tmp_path))     # nothing cached to load
+    monkeypatch.setenv("CC", "no-such-compiler-ngnn")
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    native.library.cache_clear()
+    native.usable.cache_clear()
+    try:
+        data = datasets.synthetic_graphs(6, min_nodes=2, max_nodes=6, num_features=3, seed=0)
+        trainer = gin_trainer(data, np.float64, native=True)
+        with pytest.warns(RuntimeWarning, match="no C compiler found.*running the NumPy"):
+            loss = trainer.train_epoch(np.arange(6), 0)     # compiles the step
+        assert "N." not in trainer.train_step.source
+        plain = gin_trainer(data, np.float64)
+        np.testing.assert_array_equal(loss, plain.train_epoch(np.arange(6), 0))
+    finally:
+        native.library.cache_clear()
+        native.usable.cache_clear()
+
+
+def test_native_is_an_option_of_the_numpy_transformer_only():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ngt.make_transformer("numpy", native=True).close()
+    with pytest.raises((TypeError, ValueError), match="native"):
+        ngt.make_transformer("numpy", nativ=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("index", [np.int64, np.int32])
+@pytest.mark.parametrize("features", [64, 37, 3])
+def test_gather_sum_equals_the_numpy_kernel_to_the_bit(dtype, index, features):
+    """One head's sparse product sums each element in CSR order, as SciPy does: equal to
+    the bit, with and without edge weights, sum and mean, vertices without edges."""
+    rng = np.random.default_rng(0)
+    n, e = 40, 150
+    x = rng.normal(size=(n, features)).astype(dtype)
+    seg = np.concatenate([[0], np.cumsum(rng.multinomial(e, np.ones(n) / n))]).astype(index)
+    assert (np.diff(seg) == 0).any()
+    cols = rng.integers(0, n, e).astype(index)
+    for weight in (None, rng.normal(size=(e, 1)).astype(dtype)):
+        for reduce in ("sum", "mean"):
+            expected = K.gather_sum(x, weight, cols, seg, reduce, np.full((n, features), 7, dtype))
+            got = native.gather_sum(x, weight, cols, seg, reduce, np.full((n, features), 7, dtype))
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_gather_sum_of_several_heads_runs_the_numpy_kernel():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 10, 3))                 # by_head layout: (heads, N, F)
+    seg, cols = np.array([0, 2, 2, 5]), np.array([1, 4, 0, 9, 9])
+    weight = rng.normal(size=(5, 2, 1))
+    np.testing.assert_array_equal(
+        native.gather_sum(x, weight, cols, seg, "sum", np.empty((3, 2, 3))),
+        K.gather_sum(x, weight, cols, seg, "sum", np.empty((3, 2, 3))))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_element_wise_ops_in_c_equal_numpy(dtype):
+    """Element-wise ops over arrays bound once (here: intermediates and a variable) run as
+    C loops rendered from their `c` templates: row, column and scalar broadcasts, NaN
+    kept by ReLU and maximum, comparisons, exp and friends; equal to the NumPy
+    transformer's results (the arithmetic to the bit, libm's functions to TOLERANCE)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 32)).astype(dtype)
+    xs = ng.placeholder(x.shape, dtype=dtype, name="x")
+    bias = ng.variable((32,), dtype=dtype, initial_value=rng.normal(size=32), name="bias")
+    scale = ng.constant(np.where(np.arange(32) == 4, np.nan, 1.5), dtype=dtype)
+    h = xs * scale                          # reads the placeholder: stays NumPy; NaN column 4
+    rows = ng.sum(h, axis=1, keepdims=True)     # (48, 1): broadcast along the rows
+    exact = [h + bias, ng.relu(h), h > 0.0, h * rows, ng.maximum(h, 0.25), h - 2.0,
+             ng.leaky_relu(h, 0.1)]
+    functions = [ng.exp(h), ng.sigmoid(h), ng.tanh(h)]
+    results = {}
+    for native_kernels in (False, True):
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(exact + functions, xs)
+            results[native_kernels] = comp(x)
+            source = comp.source
+    assert source.count("N.prepare_elementwise(") >= len(exact + functions)
+    for k, (got, expected) in enumerate(zip(results[True], results[False])):
+        if k < len(exact):
+            np.testing.assert_array_equal(got, expected)
+        else:
+            np.testing.assert_allclose(got, expected, rtol=TOLERANCE[dtype],
+                                       atol=TOLERANCE[dtype])
+
+
+def test_an_element_wise_op_over_overlapping_arrays_keeps_its_numpy_call():
+    from ngnn.transformers.numpy.native_elementwise import NativeElementwise
+    xs = ng.placeholder((40, 32), dtype=np.float64)
+    renderer = NativeElementwise()
+    function = renderer.add(ng.relu(xs), "relu")
+    renderer.load()
+    buffer = np.arange(41 * 32, dtype=np.float64) - 600.0
+    x, shifted = buffer[:40 * 32].reshape(40, 32), buffer[32:].reshape(40, 32)
+
+    def statement():
+        return np.maximum(x, 0.0, out=shifted)
+
+    assert native.prepare_elementwise(getattr(renderer.library, function), (x,), shifted,
+                                      statement) is statement
+    in_place = native.prepare_elementwise(getattr(renderer.library, function), (x,), x,
+                                          statement)
+    assert in_place is not statement
+    np.testing.assert_array_equal(in_place(), np.maximum(buffer[:40 * 32], 0.0).reshape(40, 32))

@@ -1,0 +1,371 @@
+"""Native (C) batch-norm kernels for the NumPy transformer: `make_transformer("numpy",
+native=True)`.
+
+A graph-classification step over small graphs is short enough that NumPy's per-call cost
+dominates its non-product work: each `K.batch_norm_*` kernel is five to seven NumPy
+calls over a (rows, F) tensor and its (F,) statistics, 40 such kernels a GIN-0 training
+step (docs/native.md has the profile). Here each kernel is one C function of one or two
+passes over the live rows, with the same arguments, results and row rules as its NumPy
+twin in kernels.py (rows past the live count are 0; `live` None means every row).
+
+The C source below is compiled once per machine with the system C compiler (`cc`, or
+the compiler Python was built with), loaded with ctypes (standard library: no new
+dependency), and cached under ~/.cache/ngnn/native (NGNN_CACHE_DIR overrides) by the
+hash of the source, the compiler and its flags, written to a temporary name first and
+renamed so concurrent processes never load a half-written library. Without a compiler
+the transformer warns once and runs the NumPy kernels.
+
+Sums run over the rows in order in the tensor's own dtype, one accumulator per column, on
+one thread: deterministic, as NumPy's are. They are not NumPy's BLAS order, so float32
+results differ from the NumPy kernels' in the last bits (float64: below 1e-12). Where an
+argument is not a C-contiguous array of the kernel's dtype the NumPy kernel runs instead.
+"""
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import warnings
+
+import numpy as np
+
+from . import kernels as K
+
+SOURCE = r"""
+#include <math.h>
+#include <string.h>
+
+/* Every kernel: `rows` rows of F columns, C-contiguous; `n` the live rows (rows past them
+   are 0 in each (rows, F) result). */
+#define KERNELS(T, S)                                                                   \
+/* out[0] the mean, out[1] the biased variance of each column over the live rows. */  \
+void batch_norm_stats_##S(long rows, long n, long F, const T *restrict x,             \
+                          T *restrict out) {                                          \
+    T *restrict mean = out, *restrict var = out + F;                                  \
+    T count = (T)(n > 1 ? n : 1);                                                     \
+    memset(out, 0, 2 * F * sizeof(T));                                                \
+    for (long i = 0; i < n; i++)                                                      \
+        for (long f = 0; f < F; f++) mean[f] += x[i * F + f];                         \
+    for (long f = 0; f < F; f++) mean[f] /= count;                                    \
+    for (long i = 0; i < n; i++)                                                      \
+        for (long f = 0; f < F; f++) {                                                \
+            T c = x[i * F + f] - mean[f];                                             \
+            var[f] += c * c;                                                          \
+        }                                                                             \
+    for (long f = 0; f < F; f++) var[f] /= count;                                     \
+}                                                                                     \
+/* (x - mean) * (weight / sqrt(var + eps)) + bias; `scale` (F,) scratch. */            \
+void batch_norm_apply_##S(long rows, long n, long F, const T *restrict x,             \
+                          const T *restrict stats, const T *restrict weight,          \
+                          const T *restrict bias, double eps, T *restrict out,        \
+                          T *restrict scale) {                                        \
+    for (long f = 0; f < F; f++) scale[f] = weight[f] / (T)sqrt(stats[F + f] + (T)eps); \
+    for (long i = 0; i < n; i++)                                                      \
+        for (long f = 0; f < F; f++)                                                  \
+            out[i * F + f] = (x[i * F + f] - stats[f]) * scale[f] + bias[f];          \
+    memset(out + n * F, 0, (rows - n) * F * sizeof(T));                               \
+}                                                                                     \
+/* delta * (weight / sqrt(var + eps)); `scale` (F,) scratch. */                        \
+void batch_norm_apply_grad_##S(long rows, long n, long F, const T *restrict delta,    \
+                               const T *restrict stats, const T *restrict weight,     \
+                               double eps, T *restrict out, T *restrict scale) {      \
+    for (long f = 0; f < F; f++) scale[f] = weight[f] / (T)sqrt(stats[F + f] + (T)eps); \
+    for (long i = 0; i < n; i++)                                                      \
+        for (long f = 0; f < F; f++) out[i * F + f] = delta[i * F + f] * scale[f];    \
+    memset(out + n * F, 0, (rows - n) * F * sizeof(T));                               \
+}                                                                                     \
+/* out[0] = sum of delta * (x - mean), out[1] = sum of delta, over the live rows. */  \
+void batch_norm_apply_sums_##S(long rows, long n, long F, const T *restrict delta,    \
+                               const T *restrict x, const T *restrict stats,          \
+                               T *restrict out) {                                     \
+    memset(out, 0, 2 * F * sizeof(T));                                                \
+    for (long i = 0; i < n; i++)                                                      \
+        for (long f = 0; f < F; f++) {                                                \
+            T d = delta[i * F + f];                                                   \
+            out[F + f] += d;                                                          \
+            out[f] += d * (x[i * F + f] - stats[f]);                                  \
+        }                                                                             \
+}                                                                                     \
+/* (x - mean) * (2 delta[1] / n) + delta[0] / n, the factors rounded as the NumPy     \
+   kernel rounds them; `factors` (2, F) scratch. */                                   \
+void batch_norm_stats_grad_##S(long rows, long n, long F, const T *restrict delta,    \
+                               const T *restrict x, const T *restrict stats,          \
+                               T *restrict out, T *restrict factors) {                \
+    double inverse = 1.0 / (double)(n > 1 ? n : 1);                                   \
+    T *restrict spread = factors, *restrict shift = factors + F;                      \
+    for (long f = 0; f < F; f++) {                                                    \
+        spread[f] = delta[F + f] * (T)(2.0 * inverse);                                \
+        shift[f] = delta[f] * (T)inverse;                                             \
+    }                                                                                 \
+    for (long i = 0; i < n; i++)                                                      \
+        for (long f = 0; f < F; f++)                                                  \
+            out[i * F + f] = (x[i * F + f] - stats[f]) * spread[f] + shift[f];        \
+    memset(out + n * F, 0, (rows - n) * F * sizeof(T));                               \
+}
+
+KERNELS(float, f32)
+KERNELS(double, f64)
+
+/* K.gather_sum's sparse product with one head: out[v] = sum over the CSR positions k of
+   block vertex v (seg[v] to seg[v + 1]) of weight[k] * x[cols[k]], or of x[cols[k]]
+   without weights; rows of F values. Each output element is summed in CSR order, as
+   SciPy's csr_matvecs sums it (a weight of 1 multiplies exactly): the same to the bit.
+   Sixteen columns at a time are summed in registers, written once. */
+#define GATHER_COLUMNS(T, TERM)                                                         \
+    for (long v = 0; v < n_v; v++) {                                                  \
+        T *restrict o = out + v * F;                                                  \
+        long f = 0;                                                                   \
+        for (; f + 16 <= F; f += 16) {                                                \
+            T acc[16] = {0};                                                          \
+            for (long k = seg[v]; k < seg[v + 1]; k++) {                              \
+                const T *restrict row = x + (long)cols[k] * F + f;                    \
+                for (int j = 0; j < 16; j++) acc[j] += TERM(row[j]);                  \
+            }                                                                         \
+            for (int j = 0; j < 16; j++) o[f + j] = acc[j];                           \
+        }                                                                             \
+        for (; f < F; f++) {                                                          \
+            T acc = 0;                                                                \
+            for (long k = seg[v]; k < seg[v + 1]; k++)                                \
+                acc += TERM(x[(long)cols[k] * F + f]);                                \
+            o[f] = acc;                                                               \
+        }                                                                             \
+    }
+#define PLAIN(value) (value)
+#define WEIGHTED(value) (weight[k] * (value))
+#define GATHER(T, S, I, IS)                                                             \
+void gather_sum_##S##_##IS(long n_v, long F, const I *restrict seg,                    \
+                           const I *restrict cols, const T *restrict weight,           \
+                           const T *restrict x, T *restrict out) {                     \
+    if (weight) {                                                                     \
+        GATHER_COLUMNS(T, WEIGHTED)                                                   \
+    } else {                                                                          \
+        GATHER_COLUMNS(T, PLAIN)                                                      \
+    }                                                                                 \
+}
+
+GATHER(float, f32, long, i64)
+GATHER(double, f64, long, i64)
+GATHER(float, f32, int, i32)
+GATHER(double, f64, int, i32)
+"""
+
+# -ffp-contract=off: a * b + c rounds twice, as NumPy's separate calls do (no FMA), so
+# the element-wise results equal the NumPy kernels'. -march=native: the library is built
+# on (and cached for) the machine that runs it.
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared"]
+SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+# Each kernel's C parameters: rows, live rows, F, the arrays, eps where it has one, its
+# output and any scratch.
+_L, _P, _D = ctypes.c_long, ctypes.c_void_p, ctypes.c_double
+KERNEL_PARAMS = {
+    "batch_norm_stats": [_L, _L, _L, _P, _P],
+    "batch_norm_apply": [_L, _L, _L, _P, _P, _P, _P, _D, _P, _P],
+    "batch_norm_apply_grad": [_L, _L, _L, _P, _P, _P, _D, _P, _P],
+    "batch_norm_apply_sums": [_L, _L, _L, _P, _P, _P, _P],
+    "batch_norm_stats_grad": [_L, _L, _L, _P, _P, _P, _P, _P],
+}
+INDEX_SUFFIX = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
+# gather_sum: vertices, F, seg, cols, weight or NULL, x, out.
+GATHER_PARAMS = [_L, _L, _P, _P, _P, _P, _P]
+NATIVE_KERNELS = set(KERNEL_PARAMS) | {"gather_sum"}     # what `N.` offers
+
+
+class NativeUnavailable(RuntimeError):
+    """No C compiler, or the kernels did not compile here."""
+
+
+def compiler():
+    """The C compiler: $CC, else `cc`, else the one Python was built with; None if none
+    of them is on this machine."""
+    for candidate in (os.environ.get("CC"), "cc", sysconfig.get_config_var("CC")):
+        if candidate:
+            found = shutil.which(candidate.split()[0])
+            if found:
+                return found
+    return None
+
+
+def cache_dir():
+    root = os.environ.get("NGNN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ngnn")
+    return os.path.join(root, "native")
+
+
+def _cpu_identity():
+    """What -march=native depends on: the CPU's model and feature flags, where Linux says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor()
+
+
+@functools.lru_cache(maxsize=None)
+def _version(cc):
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True,
+                              timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        raise NativeUnavailable(f"the C compiler {cc} does not run: {error}") from None
+
+
+def build(source, stem):
+    """The path of the shared library compiled from C `source`, named `stem` and the hash
+    of the source, the compiler, its flags and the CPU; built once, then found in the
+    cache. Raises NativeUnavailable saying why it cannot be built."""
+    cc = compiler()
+    if cc is None:
+        raise NativeUnavailable("no C compiler found (tried $CC, cc and Python's "
+                                f"{sysconfig.get_config_var('CC')!r})")
+    key = hashlib.sha256("\0".join([source, cc, _version(cc), " ".join(FLAGS),
+                                    platform.machine(), _cpu_identity()]).encode())
+    folder = cache_dir()
+    path = os.path.join(folder, f"{stem}_{key.hexdigest()[:24]}.so")
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as work:
+            source_file = os.path.join(work, f"{stem}.c")
+            with open(source_file, "w") as f:
+                f.write(source)
+            built = os.path.join(work, f"{stem}.so")
+            result = subprocess.run([cc, *FLAGS, "-o", built, source_file, "-lm"],
+                                    capture_output=True, text=True, timeout=300)
+            if result.returncode != 0:
+                raise NativeUnavailable(f"{cc} failed on {stem}.c:\n{result.stderr.strip()}")
+            os.replace(built, path)     # atomic: another process sees all of it or none
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The compiled kernels (a ctypes.CDLL), built or found in the cache; raises
+    NativeUnavailable saying why not."""
+    path = build(SOURCE, "kernels")
+    lib = ctypes.CDLL(path)
+    for name, params in KERNEL_PARAMS.items():
+        for suffix in SUFFIX.values():
+            function = getattr(lib, f"{name}_{suffix}")
+            function.argtypes, function.restype = params, None
+    for suffix in SUFFIX.values():
+        for index in INDEX_SUFFIX.values():
+            function = getattr(lib, f"gather_sum_{suffix}_{index}")
+            function.argtypes, function.restype = GATHER_PARAMS, None
+    return lib
+
+
+@functools.lru_cache(maxsize=None)
+def usable():
+    """Whether the kernels compile and load here; where not, warns (once a process) why,
+    and the NumPy transformer runs its NumPy kernels."""
+    try:
+        library()
+    except NativeUnavailable as error:
+        warnings.warn(f"make_transformer('numpy', native=True): {error}; running the NumPy "
+                      "kernels instead", RuntimeWarning, stacklevel=2)
+        return False
+    return True
+
+
+# Where each kernel finds its (rows, F) tensor among its arguments, and how many (F,) rows
+# of scratch it needs. Every C kernel takes (rows, live rows, F, the tensors' addresses,
+# eps where it has one, the output's address, the scratch's address).
+ROWS_ARGUMENT = {"batch_norm_stats": 0, "batch_norm_apply": 0, "batch_norm_apply_grad": 0,
+                 "batch_norm_apply_sums": 1, "batch_norm_stats_grad": 1}
+SCRATCH_ROWS = {"batch_norm_apply": 1, "batch_norm_apply_grad": 1, "batch_norm_stats_grad": 2}
+
+
+def _fits(x, *arrays):
+    """x a (rows, F) tensor of a dtype the C kernels have, and every array C-contiguous and
+    of x's dtype, as they assume; else the NumPy kernel runs."""
+    return x.ndim == 2 and x.dtype in SUFFIX and \
+        all(a.dtype == x.dtype and a.flags.c_contiguous for a in arrays)
+
+
+def prepare(kernel, *args, eps=None, out):
+    """`K.<kernel>(*args, eps=eps, out=out)` as a function of no arguments, the C kernel
+    with its arrays' addresses taken now: the generated module prepares each call once,
+    when it binds its buffers, as taking an array's address costs about a microsecond,
+    a tenth of the kernel. Only the live row count (the last of `args`) is read at each
+    call. Arrays that do not fit the C kernels get the NumPy kernel."""
+    *tensors, live = args
+    x = tensors[ROWS_ARGUMENT[kernel]]
+    if not _fits(x, *tensors, out):
+        return functools.partial(getattr(K, kernel), *args, out=out,
+                                 **({} if eps is None else {"eps": eps}))
+    rows, features = x.shape
+    scratch = [np.empty((SCRATCH_ROWS[kernel], features), x.dtype)] \
+        if kernel in SCRATCH_ROWS else []
+    function = getattr(library(), f"{kernel}_{SUFFIX[x.dtype]}")
+    addresses = [a.ctypes.data for a in tensors] + ([] if eps is None else [eps]) + \
+        [out.ctypes.data] + [a.ctypes.data for a in scratch]
+
+    def call():
+        function(rows, K.live_rows(live, rows), features, *addresses)
+        return out
+    call.arrays = (tensors, out, scratch)      # alive as long as their addresses are used
+    return call
+
+
+# The kernels with K.batch_norm_*'s signatures, for arrays made as the step runs.
+
+def batch_norm_stats(x, live, out):
+    return prepare("batch_norm_stats", x, live, out=out)()
+
+
+def batch_norm_apply(x, stats, weight, bias, live, eps, out):
+    return prepare("batch_norm_apply", x, stats, weight, bias, live, eps=eps, out=out)()
+
+
+def batch_norm_apply_grad(delta, stats, weight, live, eps, out):
+    return prepare("batch_norm_apply_grad", delta, stats, weight, live, eps=eps, out=out)()
+
+
+def batch_norm_apply_sums(delta, x, stats, live, out):
+    return prepare("batch_norm_apply_sums", delta, x, stats, live, out=out)()
+
+
+def batch_norm_stats_grad(delta, x, stats, live, out):
+    return prepare("batch_norm_stats_grad", delta, x, stats, live, out=out)()
+
+
+def gather_sum(x, weight, cols, seg, reduce, out):
+    """K.gather_sum in C where one head's product over contiguous arrays is asked for; its
+    other cases (several heads, other layouts) run K.gather_sum."""
+    n_v, n_e = len(seg) - 1, len(cols)
+    width = x.size // x.shape[0] if x.shape[0] else 0
+    weights = None if weight is None else weight.reshape(-1)
+    if x.dtype not in SUFFIX or seg.dtype not in INDEX_SUFFIX or cols.dtype != seg.dtype or \
+            out.dtype != x.dtype or out.size != n_v * width or \
+            (weights is not None and (weights.size != n_e or weights.dtype != x.dtype)) or \
+            not all(a.flags.c_contiguous for a in (x, cols, seg, out) +
+                    (() if weights is None else (weights,))):
+        return K.gather_sum(x, weight, cols, seg, reduce, out)
+    function = getattr(library(), f"gather_sum_{SUFFIX[x.dtype]}_{INDEX_SUFFIX[seg.dtype]}")
+    function(n_v, width, seg.ctypes.data, cols.ctypes.data,
+             None if weights is None else weights.ctypes.data, x.ctypes.data, out.ctypes.data)
+    if reduce == "mean":
+        K.divide_by_degrees(out, seg)
+    return out
+
+
+def prepare_elementwise(function, args, out, statement):
+    """A C function of native_elementwise over the arrays `args` into `out`, as a function of
+    no arguments with their addresses taken now; `statement` (the op's NumPy call) where
+    an argument overlaps `out` other than element for element, or is not C-contiguous."""
+    for a in args:
+        exact = a.ctypes.data == out.ctypes.data and a.shape == out.shape and \
+            a.strides == out.strides
+        if not a.flags.c_contiguous or (np.may_share_memory(a, out) and not exact):
+            return statement
+    addresses = [a.ctypes.data for a in args] + [out.ctypes.data]
+
+    def call():
+        function(*addresses)
+        return out
+    call.arrays = (args, out)       # alive as long as their addresses are used
+    return call
