@@ -4,18 +4,25 @@ Mirror reduction: each rank sends the rows of its mirrors to their masters' rank
 combine them in rank order (so every run adds in the same order) into a row per master.
 Broadcast: each master's row goes to the ranks that mirror it. All-reduce:
 MPI's sum. Messages are nonblocking point-to-point pairs posted all at once, so no rank
-waits on another's progress, and waiting sleeps between polls rather than spinning. The exchange counts the bytes it sends and the seconds it
-spends, by kind: "sync" (mirrors and masters) and "allreduce" (weight gradients).
+waits on another's progress, and waiting yields the core between polls (then sleeps)
+rather than spinning. The exchange counts the bytes it sends and the seconds it spends,
+by kind: "sync" (mirrors and masters) and "allreduce" (weight gradients).
 """
+import os
 import time
 
 import numpy as np
 
 from ngnn.op_graph.combiners import COMBINERS
 
-# A waiting rank polls, then sleeps FIRST_PAUSE, doubling each time up to LONGEST_PAUSE
-# (ngnn.simulate prices the wake-up from the same schedule).
-FIRST_PAUSE, LONGEST_PAUSE = 1e-5, 1e-3
+# A waiting rank polls, giving up its core between polls (sched_yield: a runnable
+# process, its peer on an oversubscribed machine among them, runs first; alone on its core
+# the rank polls again at once) for YIELD_FOR seconds, then sleeps between polls,
+# FIRST_PAUSE doubling up to LONGEST_PAUSE, so a long wait (a peer evaluating) leaves the
+# core idle. Sleeping from the first poll cost every exchange the OS's sleep overrun
+# (about 60 us here), and a step makes tens of exchanges (ngnn.simulate prices the
+# wake-up from the same schedule).
+YIELD_FOR, FIRST_PAUSE, LONGEST_PAUSE = 2e-3, 1e-5, 1e-3
 
 
 def world():
@@ -29,11 +36,19 @@ def world():
 
 
 def wait(requests):
-    """Waits for MPI requests, sleeping between polls: MPICH's own wait spins, and a
-    spinning rank takes the core its peer (or another job) needs to get there."""
+    """Waits for MPI requests, yielding the core between polls, then sleeping (see
+    YIELD_FOR): MPICH's own wait spins, and a spinning rank takes the core its peer (or
+    another job) needs to get there."""
     if not requests:
         return
     from mpi4py import MPI
+    if MPI.Request.Testall(requests):
+        return
+    give_up = time.perf_counter() + YIELD_FOR
+    while time.perf_counter() < give_up:
+        os.sched_yield()
+        if MPI.Request.Testall(requests):
+            return
     pause = FIRST_PAUSE
     while not MPI.Request.Testall(requests):
         time.sleep(pause)
