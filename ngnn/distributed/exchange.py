@@ -191,16 +191,22 @@ class Exchange:
         self.seconds["allreduce"] += time.perf_counter() - start
         return out
 
-    def allgather(self, x):
+    def allgather(self, x, out=None):
         """(ranks,) + x.shape: every rank's x, in rank order, on every rank (a readout's
-        per-graph partials; counted as "allreduce")."""
+        per-graph partials; counted as "allreduce"), into `out` when given."""
         start = time.perf_counter()
         send = np.ascontiguousarray(x)
-        result = np.empty((self.size,) + send.shape, send.dtype)
+        result = np.empty((self.size,) + send.shape, send.dtype) if out is None else out
         wait([self.comm.Iallgather(send, result)])
         self.bytes["allreduce"] += send.nbytes
         self.seconds["allreduce"] += time.perf_counter() - start
         return result
+
+    def packing(self, parts, dtype):
+        """The runtime side of a PackedCollective (ngnn.op_graph) of `parts`, one
+        (readout graph or None, reduce, shape) per member: None for an AllReduce of a
+        tensor of `shape`, a RankReadoutGraph for a ReadoutAllReduce over it."""
+        return Packing(self, parts, dtype)
 
     # ---- checks every rank takes part in ----------------------------------------------------
     def agree(self, what, problem):
@@ -219,7 +225,7 @@ class Exchange:
         from mpi4py import MPI
         values = np.asarray(values, dtype=np.float64)
         result = np.empty_like(values)
-        self.comm.Allreduce(values, result, op=MPI.SUM)
+        wait([self.comm.Iallreduce(values, result, op=MPI.SUM)])
         return result
 
     def totals(self):
@@ -229,3 +235,48 @@ class Exchange:
         sent = [self.comm.allreduce(self.bytes[k], op=MPI.SUM) for k in kinds]
         seconds = [self.comm.allreduce(self.seconds[k], op=MPI.MAX) for k in kinds]
         return dict(zip(kinds, sent)), dict(zip(kinds, seconds))
+
+
+class Packing:
+    """Several collectives of one exchange as one allgather (PackedCollective): each
+    member's rows go into one send buffer, the ranks' buffers are gathered, and each member
+    combines its columns of them in rank order: an all-reduce adds them, a readout
+    combines its graphs' rows as combine_ranks does. Both buffers are allocated once.
+    `shapes`: the members' shapes; `size`: the elements of the packed result."""
+
+    def __init__(self, exchange, parts, dtype):
+        self.exchange, self.parts = exchange, tuple(parts)
+        self.shapes = tuple(tuple(shape) for _, _, shape in self.parts)
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in self.shapes]
+        # A readout sends its graph rows only; the rows past them are the rank's own.
+        sent = [size if graph is None else graph.num_dst * size // max(shape[0], 1)
+                for (graph, _, shape), size in zip(self.parts, sizes)]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        self.sent_offsets = np.concatenate([[0], np.cumsum(sent, dtype=np.int64)])
+        self.size = int(self.offsets[-1])
+        self.send = np.empty(int(self.sent_offsets[-1]), dtype)
+        self.every = np.empty((exchange.size, self.send.shape[0]), dtype)
+
+    def run(self, inputs, out):
+        """out (flat): each member's result over the ranks, given this rank's `inputs`."""
+        spans = list(zip(self.parts, inputs, self.sent_offsets[:-1], self.sent_offsets[1:],
+                         self.offsets[:-1], self.offsets[1:]))
+        for (graph, _, _), x, a, b, _, _ in spans:
+            self.send[a:b] = (x if graph is None else x[:graph.num_dst]).reshape(-1)
+        every = self.exchange.allgather(self.send, out=self.every)
+        for (graph, reduce, shape), x, a, b, start, stop in spans:
+            result = out[start:stop].reshape(shape)
+            if graph is None:           # an all-reduce: the sum in rank order
+                np.copyto(result, every[0, a:b].reshape(shape))
+                for partial in every[1:, a:b]:
+                    result += partial.reshape(shape)
+            else:
+                graph.combine_gathered(
+                    x, every[:, a:b].reshape((self.exchange.size, graph.num_dst) + shape[1:]),
+                    reduce, result)
+        return out
+
+    def __repr__(self):
+        kinds = ["all_reduce" if graph is None else f"readout_{reduce}"
+                 for graph, reduce, _ in self.parts]
+        return f"Packing({', '.join(kinds)})"
