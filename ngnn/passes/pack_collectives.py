@@ -10,7 +10,9 @@ communicator, dtype and height into one PackedCollective. Two collectives of one
 never feed each other (a path from one to the other would make the first higher), so the
 packed op is acyclic; packing by height rather than by depth waits for the latest member,
 which puts every weight gradient (height 0) in one message and every layer's readout
-before the loss in another.
+before the loss in another. As many messages remain as the longest chain of collectives
+that feed each other (batch norm's mean, then its variance, then their gradients, layer
+after layer): no grouping sends fewer.
 
 Each member then reads its part of the packed result (a slice, reshaped: views, no copy).
 Every rank builds the same graph, so every rank packs the same members in the same order.
