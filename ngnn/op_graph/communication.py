@@ -206,8 +206,7 @@ class PackedCollective(Communication):
         if [x.shape for x in xs] != [shape for shape in packing.shapes]:
             raise ValueError(f"packed_collective: expected arguments of shapes "
                              f"{list(packing.shapes)}, got {[x.shape for x in xs]}")
-        Op.__init__(self, list(xs), shape=(packing.size,), dtype=xs[0].dtype,
-                    scope=xs[0].scope, name=name)
+        Op.__init__(self, list(xs), shape=(packing.size,), dtype=xs[0].dtype, name=name)
 
     @property
     def exchange(self):
