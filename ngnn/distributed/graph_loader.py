@@ -280,6 +280,7 @@ class DistributedGraphLoaderTrainer(GraphTrainer):
         return lambda gradient: AllReduce(gradient, self.exchange)
 
     def step_loss(self, loss):
-        """The ranks' shares summed, in the step: PackCollectives sends them with the
-        weight gradients, so the step's loss costs no exchange of its own."""
-        return AllReduce(loss, self.exchange)
+        """The ranks' shares summed in float64, in the step: PackCollectives sends them
+        with the weight gradients (when those are float64 too: float64 weights, or float32
+        ones with wide accumulation), so the step's loss costs no exchange of its own."""
+        return AllReduce(ng.cast(loss, np.float64), self.exchange)

@@ -109,10 +109,11 @@ class DistributedGraphTrainer:
         insert_communication([self.loss] + state, rank_batch.graph)
         updates = optimizer.updates(
             self.loss, reduce=lambda gradient: AllReduce(gradient, self.exchange)) + state
-        # The ranks' shares of the loss summed in the step, sent with the weight gradients
-        # (PackCollectives): no exchange of its own.
+        # The ranks' shares of the loss summed in float64 in the step, sent with the
+        # weight gradients when they are float64 too (PackCollectives): no exchange of its
+        # own.
         self.train_step = self.transformer.computation(
-            [AllReduce(self.loss, self.exchange)] + updates, self.x, self.y,
+            [AllReduce(ng.cast(self.loss, np.float64), self.exchange)] + updates, self.x, self.y,
             name="distributed_graph_step")
         evaluation = model(graph, self.x, rank_batch, training=False)
         insert_communication([evaluation], rank_batch.graph)
