@@ -50,7 +50,8 @@ class GraphTrainer:
         updates = self.optimizer.updates(self.loss, reduce=self.gradient_reduction()) + state
         seed_dropout([self.loss] + updates, seed)
         self.train_step = self.transformer.computation(
-            [self.loss] + updates, self.x, self.y, self.mask, name="graph_train_step")
+            [self.step_loss(self.loss)] + updates, self.x, self.y, self.mask,
+            name="graph_train_step")
         evaluation = model(slot.graph, self.x, slot, training=False)
         self.place([evaluation])
         self.logits = self.transformer.computation(evaluation, self.x, name="graph_logits")
@@ -71,6 +72,10 @@ class GraphTrainer:
     def gradient_reduction(self):
         """What maps each raw weight gradient (optimizer `reduce=`): nothing here."""
         return None
+
+    def step_loss(self, loss):
+        """What a step returns of the training loss: here the loss itself."""
+        return loss
 
     def step(self):
         """One training step on the loaded batch; its loss."""

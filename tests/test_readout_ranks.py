@@ -145,3 +145,49 @@ def test_bad_input_over_ranks_is_named():
     dist.insert_communication([pooled], rank_batch.graph)
     with pytest.raises(ChunkingError, match="communication between ranks"):
         ngt.make_transformer("numpy", chunks=2).computation(pooled, h).transform()
+
+
+def collectives(computation):
+    """[(kind, members)] of the collectives a transformed computation runs, in order."""
+    from ngnn.op_graph import AllReduce, PackedCollective, ReadoutAllReduce
+    return [(type(op).__name__, len(op.packing.parts) if isinstance(op, PackedCollective) else 1)
+            for op in computation.ordered_ops
+            if isinstance(op, (AllReduce, PackedCollective, ReadoutAllReduce))]
+
+
+def test_a_step_over_ranks_packs_its_collectives():
+    """PackCollectives (on the one rank of this process): the step's loss and its 14
+    weight gradients go in one message, the 3 readouts before the heads in one and the
+    gradients of the 2 that have one (the input's has none) in another; evaluation sends
+    its readouts as one."""
+    data, gb, x, labels = mutag_batch()
+    part = dist.partition(gb, 1, "cvc").part(0)
+    model = nn.GINGraph(data.num_features, 4, data.num_classes, num_layers=3,
+                        dtype=np.float64, batch_norm=False)
+    trainer = dist.DistributedGraphTrainer(model, gb, x, labels, part,
+                                           optim.Adam(model.parameters()))
+    trainer.step()
+    assert len(model.parameters()) == 14
+    assert collectives(trainer.train_step) == [("PackedCollective", 3),
+                                               ("PackedCollective", 2),
+                                               ("PackedCollective", 15)]
+    assert collectives(trainer.evaluation) == [("PackedCollective", 3)]
+
+
+def test_packed_collectives_never_feed_each_other():
+    """An all-reduce that feeds another is sent before it, not with it; what is packed
+    reads back its own part."""
+    from ngnn import transformers as ngt
+    from ngnn.op_graph import AllReduce
+    exchange = dist.Exchange.for_slot(dist.world(), 1)
+    x = ng.placeholder((2, 3), dtype=np.float64)
+    y = ng.placeholder((4,), dtype=np.float64)
+    first = AllReduce(x, exchange)
+    fed = AllReduce(first * 2.0, exchange)
+    alone = AllReduce(y, exchange)
+    with ngt.make_transformer("numpy") as t:
+        computation = t.computation([fed, alone], x, y)
+        xv, yv = np.arange(6.0).reshape(2, 3), np.arange(4.0) + 10
+        got = computation(xv, yv)
+        assert collectives(computation) == [("AllReduce", 1), ("PackedCollective", 2)]
+    assert np.array_equal(got[0], 2 * xv) and np.array_equal(got[1], yv)

@@ -13,7 +13,7 @@ import ngnn as ng
 from ngnn import simulate
 from ngnn.cli import main, make_parser
 from ngnn.recipes import fill_defaults, load_dataset, make_trainer
-from ngnn.distributed.exchange import LONGEST_PAUSE
+from ngnn.distributed.exchange import LONGEST_PAUSE, YIELD_FOR
 from ngnn.op_graph import Aggregate, AllReduce, Placeholder
 
 SBM = ["--dataset", "sbm", "--num-nodes", "300", "--avg-degree", "6", "--num-features", "8",
@@ -395,12 +395,13 @@ def test_joint_timeline_meets_at_each_exchange():
 
 
 def test_a_waiting_rank_wakes_at_its_next_poll():
-    """exchange.wait's schedule: a poll at once, then after pauses of 10 us doubling up to
-    1 ms, each overrun by the calibrated slack."""
+    """exchange.wait's schedule: polls between yields for YIELD_FOR (noticed at once), then
+    after pauses of 10 us doubling up to 1 ms, each overrun by the calibrated slack."""
     from ngnn.simulate.ranks import woken
     assert woken(0.0, 7e-5) == 0.0
-    assert woken(5e-6, 0.0) == pytest.approx(1e-5)
-    assert woken(1e-4, 7e-5) == pytest.approx(8e-5 + 9e-5)
+    assert woken(5e-6, 7e-5) == 5e-6
+    assert woken(YIELD_FOR + 5e-6, 0.0) == pytest.approx(YIELD_FOR + 1e-5)
+    assert woken(YIELD_FOR + 1e-4, 7e-5) == pytest.approx(YIELD_FOR + 8e-5 + 9e-5)
     late = woken(1.0, 0.0)
     assert 1.0 <= late <= 1.0 + LONGEST_PAUSE
 

@@ -529,8 +529,8 @@ class Transformer:
     def graph_passes(self):
         """Passes over the graph, in order (they rewrite through forwarding)."""
         from ngnn.passes import (AggregateTransformOrder, CSE, Decompose, EdgeSumsByVertex,
-                                 OperationBatching, RecomputeDropout, SimplePrune,
-                                 SoftmaxByLogSumExp, WideAccumulation)
+                                 OperationBatching, PackCollectives, RecomputeDropout,
+                                 SimplePrune, SoftmaxByLogSumExp, WideAccumulation)
         from .numpy.evaluate import evaluate
         # OperationBatching is lowering, not optimization: graph code cannot run without it,
         # and no pass after it meets a traced per-vertex value.
@@ -546,8 +546,10 @@ class Transformer:
         widen = [WideAccumulation()] if self.wide_accumulation else []
         # Right after lowering: the rewriting passes then see the ops a decomposition makes.
         decompose = [Decompose()] if self.decomposes() else []
+        # After widening, which moves roundings past the collectives one by one. Not an
+        # optimization: every rank packs alike (whatever its options), or none would meet.
         return [OperationBatching()] + decompose + rewrites + recompute + self.user_passes + \
-            widen
+            widen + [PackCollectives()]
 
     def late_passes(self):
         """Passes over the ordered ops of one computation (planning, not rewriting)."""

@@ -4,18 +4,25 @@ Mirror reduction: each rank sends the rows of its mirrors to their masters' rank
 combine them in rank order (so every run adds in the same order) into a row per master.
 Broadcast: each master's row goes to the ranks that mirror it. All-reduce:
 MPI's sum. Messages are nonblocking point-to-point pairs posted all at once, so no rank
-waits on another's progress, and waiting sleeps between polls rather than spinning. The exchange counts the bytes it sends and the seconds it
-spends, by kind: "sync" (mirrors and masters) and "allreduce" (weight gradients).
+waits on another's progress, and waiting yields the core between polls (then sleeps)
+rather than spinning. The exchange counts the bytes it sends and the seconds it spends,
+by kind: "sync" (mirrors and masters) and "allreduce" (weight gradients).
 """
+import os
 import time
 
 import numpy as np
 
 from ngnn.op_graph.combiners import COMBINERS
 
-# A waiting rank polls, then sleeps FIRST_PAUSE, doubling each time up to LONGEST_PAUSE
-# (ngnn.simulate prices the wake-up from the same schedule).
-FIRST_PAUSE, LONGEST_PAUSE = 1e-5, 1e-3
+# A waiting rank polls, giving up its core between polls (sched_yield: a runnable
+# process, its peer on an oversubscribed machine among them, runs first; alone on its core
+# the rank polls again at once) for YIELD_FOR seconds, then sleeps between polls,
+# FIRST_PAUSE doubling up to LONGEST_PAUSE, so a long wait (a peer evaluating) leaves the
+# core idle. Sleeping from the first poll cost every exchange the OS's sleep overrun
+# (about 60 us here), and a step makes tens of exchanges (ngnn.simulate prices the
+# wake-up from the same schedule).
+YIELD_FOR, FIRST_PAUSE, LONGEST_PAUSE = 2e-3, 1e-5, 1e-3
 
 
 def world():
@@ -29,11 +36,19 @@ def world():
 
 
 def wait(requests):
-    """Waits for MPI requests, sleeping between polls: MPICH's own wait spins, and a
-    spinning rank takes the core its peer (or another job) needs to get there."""
+    """Waits for MPI requests, yielding the core between polls, then sleeping (see
+    YIELD_FOR): MPICH's own wait spins, and a spinning rank takes the core its peer (or
+    another job) needs to get there."""
     if not requests:
         return
     from mpi4py import MPI
+    if MPI.Request.Testall(requests):
+        return
+    give_up = time.perf_counter() + YIELD_FOR
+    while time.perf_counter() < give_up:
+        os.sched_yield()
+        if MPI.Request.Testall(requests):
+            return
     pause = FIRST_PAUSE
     while not MPI.Request.Testall(requests):
         time.sleep(pause)
@@ -176,16 +191,22 @@ class Exchange:
         self.seconds["allreduce"] += time.perf_counter() - start
         return out
 
-    def allgather(self, x):
+    def allgather(self, x, out=None):
         """(ranks,) + x.shape: every rank's x, in rank order, on every rank (a readout's
-        per-graph partials; counted as "allreduce")."""
+        per-graph partials; counted as "allreduce"), into `out` when given."""
         start = time.perf_counter()
         send = np.ascontiguousarray(x)
-        result = np.empty((self.size,) + send.shape, send.dtype)
+        result = np.empty((self.size,) + send.shape, send.dtype) if out is None else out
         wait([self.comm.Iallgather(send, result)])
         self.bytes["allreduce"] += send.nbytes
         self.seconds["allreduce"] += time.perf_counter() - start
         return result
+
+    def packing(self, parts, dtype):
+        """The runtime side of a PackedCollective (ngnn.op_graph) of `parts`, one
+        (readout graph or None, reduce, shape) per member: None for an AllReduce of a
+        tensor of `shape`, a RankReadoutGraph for a ReadoutAllReduce over it."""
+        return Packing(self, parts, dtype)
 
     # ---- checks every rank takes part in ----------------------------------------------------
     def agree(self, what, problem):
@@ -204,7 +225,7 @@ class Exchange:
         from mpi4py import MPI
         values = np.asarray(values, dtype=np.float64)
         result = np.empty_like(values)
-        self.comm.Allreduce(values, result, op=MPI.SUM)
+        wait([self.comm.Iallreduce(values, result, op=MPI.SUM)])
         return result
 
     def totals(self):
@@ -214,3 +235,48 @@ class Exchange:
         sent = [self.comm.allreduce(self.bytes[k], op=MPI.SUM) for k in kinds]
         seconds = [self.comm.allreduce(self.seconds[k], op=MPI.MAX) for k in kinds]
         return dict(zip(kinds, sent)), dict(zip(kinds, seconds))
+
+
+class Packing:
+    """Several collectives of one exchange as one allgather (PackedCollective): each
+    member's rows go into one send buffer, the ranks' buffers are gathered, and each member
+    combines its columns of them in rank order: an all-reduce adds them, a readout
+    combines its graphs' rows as combine_ranks does. Both buffers are allocated once.
+    `shapes`: the members' shapes; `size`: the elements of the packed result."""
+
+    def __init__(self, exchange, parts, dtype):
+        self.exchange, self.parts = exchange, tuple(parts)
+        self.shapes = tuple(tuple(shape) for _, _, shape in self.parts)
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in self.shapes]
+        # A readout sends its graph rows only; the rows past them are the rank's own.
+        sent = [size if graph is None else graph.num_dst * size // max(shape[0], 1)
+                for (graph, _, shape), size in zip(self.parts, sizes)]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        self.sent_offsets = np.concatenate([[0], np.cumsum(sent, dtype=np.int64)])
+        self.size = int(self.offsets[-1])
+        self.send = np.empty(int(self.sent_offsets[-1]), dtype)
+        self.every = np.empty((exchange.size, self.send.shape[0]), dtype)
+
+    def run(self, inputs, out):
+        """out (flat): each member's result over the ranks, given this rank's `inputs`."""
+        spans = list(zip(self.parts, inputs, self.sent_offsets[:-1], self.sent_offsets[1:],
+                         self.offsets[:-1], self.offsets[1:]))
+        for (graph, _, _), x, a, b, _, _ in spans:
+            self.send[a:b] = (x if graph is None else x[:graph.num_dst]).reshape(-1)
+        every = self.exchange.allgather(self.send, out=self.every)
+        for (graph, reduce, shape), x, a, b, start, stop in spans:
+            result = out[start:stop].reshape(shape)
+            if graph is None:           # an all-reduce: the sum in rank order
+                np.copyto(result, every[0, a:b].reshape(shape))
+                for partial in every[1:, a:b]:
+                    result += partial.reshape(shape)
+            else:
+                graph.combine_gathered(
+                    x, every[:, a:b].reshape((self.exchange.size, graph.num_dst) + shape[1:]),
+                    reduce, result)
+        return out
+
+    def __repr__(self):
+        kinds = ["all_reduce" if graph is None else f"readout_{reduce}"
+                 for graph, reduce, _ in self.parts]
+        return f"Packing({', '.join(kinds)})"

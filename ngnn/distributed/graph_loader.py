@@ -279,5 +279,8 @@ class DistributedGraphLoaderTrainer(GraphTrainer):
     def gradient_reduction(self):
         return lambda gradient: AllReduce(gradient, self.exchange)
 
-    def step(self):
-        return float(self.exchange.sum([super().step()])[0])
+    def step_loss(self, loss):
+        """The ranks' shares summed in float64, in the step: PackCollectives sends them
+        with the weight gradients (when those are float64 too: float64 weights, or float32
+        ones with wide accumulation), so the step's loss costs no exchange of its own."""
+        return AllReduce(ng.cast(loss, np.float64), self.exchange)

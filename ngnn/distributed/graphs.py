@@ -109,8 +109,12 @@ class DistributedGraphTrainer:
         insert_communication([self.loss] + state, rank_batch.graph)
         updates = optimizer.updates(
             self.loss, reduce=lambda gradient: AllReduce(gradient, self.exchange)) + state
-        self.train_step = self.transformer.computation([self.loss] + updates, self.x, self.y,
-                                                       name="distributed_graph_step")
+        # The ranks' shares of the loss summed in float64 in the step, sent with the
+        # weight gradients when they are float64 too (PackCollectives): no exchange of its
+        # own.
+        self.train_step = self.transformer.computation(
+            [AllReduce(ng.cast(self.loss, np.float64), self.exchange)] + updates, self.x, self.y,
+            name="distributed_graph_step")
         evaluation = model(graph, self.x, rank_batch, training=False)
         insert_communication([evaluation], rank_batch.graph)
         self.evaluation = self.transformer.computation(evaluation, self.x,
@@ -118,8 +122,7 @@ class DistributedGraphTrainer:
 
     def step(self):
         """One training step; the whole batch's loss (the sum of the ranks' shares)."""
-        loss = self.train_step(self.features, self.labels)[0]
-        return float(self.exchange.sum([loss])[0])
+        return float(self.train_step(self.features, self.labels)[0])
 
     def logits(self):
         return self.evaluation(self.features)

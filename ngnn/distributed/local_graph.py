@@ -21,6 +21,8 @@ from ngnn.batch import ReadoutGraph
 from ngnn.graph import Graph, _readonly
 from ngnn.op_graph.combiners import COMBINERS
 
+from .exchange import wait
+
 
 class LocalGraph(Graph):
     def __init__(self, src, dst, num_nodes, global_node_ids, global_edge_ids, num_masters,
@@ -147,15 +149,21 @@ class RankReadoutGraph(ReadoutGraph):
         self.exchange = exchange
         counts = np.bincount(graph_ids, minlength=num_graphs).astype(np.int64)
         every = np.empty((exchange.size, num_graphs), np.int64)
-        exchange.comm.Allgather(counts, every)
+        wait([exchange.comm.Iallgather(counts, every)])
         self.holds = _readonly(every > 0)
         self.graph_sizes = _readonly(every.sum(axis=0))
 
     def combine_ranks(self, x, reduce, out):
         """ReadoutAllReduce: x's per-graph rows (its first num_graphs) combined over the
         ranks in rank order into out, the same on every rank; the other rows copied."""
+        self.combine_gathered(x, self.exchange.allgather(x[:self.num_dst]), reduce, out)
+        return out
+
+    def combine_gathered(self, x, every, reduce, out):
+        """combine_ranks's combination of `every`, every rank's per-graph rows of x in rank
+        order (gathered by combine_ranks, or packed with other collectives:
+        Exchange.packing)."""
         graphs = self.num_dst
-        every = self.exchange.allgather(x[:graphs])
         np.copyto(out, x)
         combiner = COMBINERS[reduce]
         if combiner.identity == 0:

@@ -12,6 +12,6 @@ from .graph_ops import GraphOp, Gather, Aggregate, EdgeSoftmax
 from .training_ops import Dropout, OneHot, Assign, seed_dropout
 from .sparse import SparseDot, SparseDropout, SparseTransposedDot
 from .communication import (Communication, MirrorReduce, MasterBroadcast, AllReduce,
-                            ReadoutAllReduce)
+                            ReadoutAllReduce, PackedCollective)
 from .normalization import (BatchNormStats, BatchNormStatsGrad, BatchNormApply,
                             BatchNormApplyGrad, BatchNormApplySums)

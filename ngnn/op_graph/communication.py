@@ -14,6 +14,8 @@ each with the rank it runs on and the peers it talks to printed in the IR:
 * `ReadoutAllReduce`: a readout's per-graph partials (each rank's vertices of every graph
   reduced) combined over the ranks in rank order, on every rank (graph classification
   over ranks: ngnn.distributed.graphs).
+* `PackedCollective`: several all-reduces and readout all-reduces that no one of them
+  feeds, run as one collective (ngnn.passes.PackCollectives makes it after autodiff).
 
 Summing over ranks, the adjoint of a mirror-to-master sum is the master-to-mirror
 broadcast and the other way round; all-reduce is its own adjoint. The ops are stateful so
@@ -187,3 +189,32 @@ class ReadoutAllReduce(Communication):
                                at="dst", reduce="sum")
         ties = ReadoutAllReduce(local_ties * won, g, "sum")
         return [total * won * local_ties / Maximum(ties, 1.0)]
+
+
+class PackedCollective(Communication):
+    """Several collectives (AllReduce, ReadoutAllReduce) of one communicator in one message:
+    `packing` (the exchange's Exchange.packing) says which each argument is; out is their
+    results one after the other, flattened, each member reading its part (see
+    ngnn.passes.PackCollectives). Every member combines over the ranks in rank order, as a
+    ReadoutAllReduce does, so a packed sum equals the member's own on 2 ranks bit for bit,
+    and on any number of ranks is the same on every rank and in every run."""
+    attributes = (Attr("packing"),)
+
+    def __init__(self, *xs, packing, name=None):
+        xs = as_ops(*xs)
+        self.packing = packing
+        if [x.shape for x in xs] != [shape for shape in packing.shapes]:
+            raise ValueError(f"packed_collective: expected arguments of shapes "
+                             f"{list(packing.shapes)}, got {[x.shape for x in xs]}")
+        Op.__init__(self, list(xs), shape=(packing.size,), dtype=xs[0].dtype, name=name)
+
+    @property
+    def exchange(self):
+        return self.packing.exchange
+
+    @property
+    def work(self):
+        return (Work("all_reduce", moved=nbytes(self)),)
+
+    def attrs(self):
+        return {"packing": self.packing, **self.packing.exchange.describe("allreduce")}

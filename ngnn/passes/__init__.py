@@ -10,6 +10,7 @@ from .factor_products import FactorProducts
 from .fusion import FusedGroup, Fusion
 from .kernel_planning import KernelGroup, KernelPlanning
 from .operation_batching import OperationBatching
+from .pack_collectives import PackCollectives
 from .recompute_dropout import RecomputeDropout
 from .simple_prune import SimplePrune
 from .softmax_by_log_sum_exp import SoftmaxByLogSumExp
@@ -24,4 +25,4 @@ __all__ = ["GraphPass", "PeepholeGraphPass", "RewritePass", "visit", "SimplePrun
            "SplitContractions", "KernelPlanning", "KernelGroup", "BufferSharing", "MemoryPlan",
            "WideAccumulation", "SoftmaxByLogSumExp", "Decompose",
            "ZeroRowProducts", "EdgeSumsByVertex",
-           "UnshareBroadcasts"]
+           "UnshareBroadcasts", "PackCollectives"]

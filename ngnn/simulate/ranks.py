@@ -14,7 +14,7 @@ calibrated contention of 2 ranks on this machine (calibration's kernels run side
 they share the memory and the last-level cache, and with more than one BLAS thread per
 process, the cores) and by the share of a core each gets when there are more ranks than
 cores. A rank waiting at an exchange notices its end at its next poll
-(ngnn.distributed.exchange.wait sleeps between polls).
+(ngnn.distributed.exchange.wait yields its core between polls, then sleeps between them).
 """
 from ..op_graph import AllReduce, MasterBroadcast, MirrorReduce
 
@@ -138,11 +138,13 @@ def joint_timeline(reports, topology):
 
 def woken(wait, slack):
     """Seconds until a rank whose exchange ends `wait` seconds after it started waiting
-    notices: ngnn.distributed.exchange.wait polls at once, then after each pause, the
-    pauses doubling from FIRST_PAUSE to LONGEST_PAUSE and each overrun by the OS's
-    `slack`."""
-    from ..distributed.exchange import FIRST_PAUSE, LONGEST_PAUSE
-    elapsed, pause = 0.0, FIRST_PAUSE
+    notices: ngnn.distributed.exchange.wait polls between yields of its core for
+    YIELD_FOR seconds (noticing at once), then after each pause, the pauses doubling from
+    FIRST_PAUSE to LONGEST_PAUSE and each overrun by the OS's `slack`."""
+    from ..distributed.exchange import FIRST_PAUSE, LONGEST_PAUSE, YIELD_FOR
+    if wait <= YIELD_FOR:
+        return wait
+    elapsed, pause = YIELD_FOR, FIRST_PAUSE
     while elapsed < wait:
         elapsed += pause + slack
         pause = min(2 * pause, LONGEST_PAUSE)

@@ -19,7 +19,7 @@ from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.naming import Namer
 from ngnn import philox
 from ngnn.op_graph import (Aggregate, Communication, Concat, Dot, EdgeSoftmax, LogSoftmax,
-                           MasterBroadcast, MirrorReduce, Op, ReadoutAllReduce,
+                           MasterBroadcast, MirrorReduce, Op, PackedCollective, ReadoutAllReduce,
                            Reduction, Softmax, SparseDot, SparseTransposedDot, Unslice)
 from ngnn.op_graph.layout import slice_length
 from ngnn.op_graph.printer import IRNames, op_comment
@@ -220,16 +220,20 @@ class HostStep:
     def __init__(self, op, plan):
         self.op = op
         self.name = f"host_{op.op_name}"
-        self.inputs = [plan.base(op.args[0])]
+        self.inputs = [plan.base(a) for a in op.args]
         self.bindings = []        # no device parameters: it moves tensors through the host
 
-    def bind(self, x, out):
-        """The launch: a function of no arguments moving x's tensor into out's."""
+    def bind(self, xs, out):
+        """The launch: a function of no arguments moving the tensors xs (the op's
+        arguments') into out's."""
         op = self.op
 
         def run():
-            value, result = x.get(), np.empty(op.shape, op.dtype)
-            if isinstance(op, MirrorReduce):
+            values, result = [x.get() for x in xs], np.empty(op.shape, op.dtype)
+            value = values[0]
+            if isinstance(op, PackedCollective):
+                op.packing.run(values, out=result)
+            elif isinstance(op, MirrorReduce):
                 op.graph.reduce_to_masters(value, op.reduce, op.at, out=result)
             elif isinstance(op, MasterBroadcast):
                 op.graph.broadcast_to_mirrors(value, out=result)

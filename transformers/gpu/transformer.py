@@ -668,8 +668,8 @@ class GPUTransformer(Transformer):
         launches = []
         for k in steps:
             if isinstance(k, HostStep):
-                launches.append((k, k.bind(tensor_of(k.op.args[0]), tensor_of(k.op)), None,
-                                 None, None, []))
+                run = k.bind([tensor_of(a) for a in k.op.args], tensor_of(k.op))
+                launches.append((k, run, None, None, None, []))
                 continue
             if not all(k.global_size):
                 continue              # an empty tensor: nothing to compute

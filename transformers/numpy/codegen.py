@@ -7,8 +7,9 @@ import numpy as np
 
 from ngnn.dispatch import TypeDispatched, on_type
 from ngnn.op_graph import (AllReduce, Aggregate, Concat, Dropout, EdgeSoftmax, Gather, LogSoftmax,
-                           MasterBroadcast, MirrorReduce, Op, OneHot, ReadoutAllReduce, Softmax,
-                           SparseDot, SparseDropout, SparseTransposedDot)
+                           MasterBroadcast, MirrorReduce, Op, OneHot, PackedCollective,
+                           ReadoutAllReduce, Softmax, SparseDot, SparseDropout,
+                           SparseTransposedDot)
 from ngnn.op_graph.layout import format_index
 from ngnn.op_graph.normalization import LiveRowsOp
 
@@ -116,6 +117,11 @@ class NumPyCodeGenerator(TypeDispatched):
     def generate_op(self, op, out, args):
         g = self.refs("graph", op.graph)
         return [f"{g}.combine_ranks({args[0]}, {op.reduce!r}, out={out})"]
+
+    @generate_op.on_type(PackedCollective)
+    def generate_op(self, op, out, args):
+        packing = self.refs("exchange", op.packing)
+        return [f"{packing}.run(({', '.join(args)},), out={out})"]
 
     @generate_op.on_type(OneHot)
     def generate_op(self, op, out, args):
