@@ -86,3 +86,70 @@ def test_the_simulator_prices_the_plan_the_module_runs():
     after = simulate.predict(comp, topology).by_kind()["fused"]
     assert after > before
     trainer.transformer.close()
+
+
+def transformer_conv_step():
+    """A float64 TransformerConv training step with edge features on a random multigraph
+    (self loops, duplicates, vertices without in-edges): results, placeholders, feeds."""
+    import ngnn as ng
+    from ngnn import nn
+    rng = np.random.default_rng(0)
+    n, e = 40, 300
+    g = ng.Graph.from_edges(rng.integers(0, n - 5, e), rng.integers(0, n - 5, e),
+                            num_nodes=n)
+    x, ef = rng.standard_normal((n, 6)), rng.standard_normal((e, 3))
+    h = ng.placeholder(x.shape, dtype=np.float64, name="h")
+    edges = ng.placeholder(ef.shape, dtype=np.float64, name="e")
+    conv = nn.TransformerConv(6, 4, 3, edge_dim=3, seed=0, dtype=np.float64)
+    out = conv(g, h, edges, training=True)
+    loss = ng.sum(out * out)
+    return [loss] + ng.grad(loss, [h] + conv.parameters()), (h, edges), (x, ef)
+
+
+def test_transformer_convs_edge_feature_products_are_never_made_per_edge():
+    """TransformerConv with edge features: its per-vertex (W_e q) (a transposed per-head
+    product) is gathered from a contiguous copy made once per call, its two sums of a
+    per-head weight times the edge features (sum a e forward, its gradient backward) are
+    sparse products over the block's rows (K.weighted_row_sum), and (W_e q) . e is a row
+    dot of factors of two shapes; the step equals the unfused NumPy one."""
+    from ngnn import transformers as ngt
+    results, placeholders, feeds = transformer_conv_step()
+    with ngt.make_transformer("numpy") as t, \
+            ngt.make_transformer("numpy", fusion=False) as unfused:
+        comp = t.computation(results, *placeholders)
+        comp.transform()
+        plans = list(comp.block_plan.groups.values())
+        tables = {x for blocks in plans for x in blocks.contiguous_tables}
+        assert tables
+        assert sum(len(blocks.row_products) for blocks in plans) == 2
+        assert any(a.shape != product.shape for blocks in plans
+                   for product in blocks.row_dots.values() for a in product.args)
+        source = comp.source
+        assert source.count("K.weighted_row_sum(") == 2
+        for x in tables:
+            identifier = value_identifier(comp.value_names[x])
+            assert f"np.take({identifier}," not in source
+            assert f"np.take(wc{identifier[1:]}," in source
+        got = comp(*feeds)
+        want = unfused.computation(results, *placeholders)(*feeds)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_weighted_row_sum_is_the_segment_sum_of_each_weight_times_its_row():
+    """K.weighted_row_sum: out[v, h] = sum over v's edges of weight[e, h] * rows[e] (mean:
+    divided by the degree), empty segments 0, float32 rows summed into float64."""
+    from ngnn.transformers.numpy import kernels as K
+    rng = np.random.default_rng(1)
+    seg = np.array([0, 2, 2, 5, 6, 6])
+    rows = rng.standard_normal((6, 1, 3)).astype(np.float32)
+    weight = rng.standard_normal((6, 4, 1))
+    for reduce in ("sum", "mean"):
+        want = np.zeros((5, 4, 3))
+        for v in range(5):
+            for e in range(seg[v], seg[v + 1]):
+                want[v] += weight[e] * rows[e].astype(np.float64)
+            if reduce == "mean":
+                want[v] /= max(seg[v + 1] - seg[v], 1)
+        got = K.weighted_row_sum(rows, weight, seg, reduce, np.full((5, 4, 3), 7.0))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
