@@ -110,8 +110,9 @@ def test_transformer_convs_edge_feature_products_are_never_made_per_edge():
     """TransformerConv with edge features: its per-vertex (W_e q) (a transposed per-head
     product) is gathered from a contiguous copy made once per call, its two sums of a
     per-head weight times the edge features (sum a e forward, its gradient backward) are
-    sparse products over the block's rows (K.weighted_row_sum), and (W_e q) . e is a row
-    dot of factors of two shapes; the step equals the unfused NumPy one."""
+    sparse products over the block's rows (K.weighted_row_sum), (W_e q) . e is a row
+    dot of factors of two shapes (one np.einsum) and q . k a row sum of a written product
+    (K.row_sums); the step equals the unfused NumPy one."""
     from ngnn import transformers as ngt
     results, placeholders, feeds = transformer_conv_step()
     with ngt.make_transformer("numpy") as t, \
@@ -124,8 +125,11 @@ def test_transformer_convs_edge_feature_products_are_never_made_per_edge():
         assert sum(len(blocks.row_products) for blocks in plans) == 2
         assert any(a.shape != product.shape for blocks in plans
                    for product in blocks.row_dots.values() for a in product.args)
+        assert all(a.shape == product.shape for blocks in plans
+                   for product in blocks.row_sums.values() for a in product.args)
         source = comp.source
         assert source.count("K.weighted_row_sum(") == 2
+        assert source.count("K.row_sums(") == sum(len(blocks.row_sums) for blocks in plans) > 0
         for x in tables:
             identifier = value_identifier(comp.value_names[x])
             assert f"np.take({identifier}," not in source

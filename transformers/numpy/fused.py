@@ -230,6 +230,12 @@ class FusedGroupWriter:
         local[op] = name
         args = self.arguments(op, local)
         shape = BlockShape("n_e" if op.scope == "e" else "n_v", op.shape)
+        if op in self.blocks.row_sums:
+            # The product's rows summed by BLAS, a matrix product with ones.
+            product = self.blocks.row_sums[op]
+            width = int(np.prod([product.shape[a] for a in op.axes], dtype=np.int64))
+            self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+            return [f"K.row_sums({local[product]}, {width}, out={name})"]
         if op in self.row_dots:
             x, y = self.arguments(self.row_dots[op], local)
             subscripts, out = re.match(r"np\.einsum\('(\w+->\w*)', \{x\}, out=(.*)\)$",
