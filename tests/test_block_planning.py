@@ -3,6 +3,7 @@ before any code is written; the group writer renders it and the simulator prices
 import re
 
 import numpy as np
+import pytest
 
 from ngnn import simulate
 from ngnn.cli import make_parser
@@ -88,9 +89,10 @@ def test_the_simulator_prices_the_plan_the_module_runs():
     trainer.transformer.close()
 
 
-def transformer_conv_step():
+def transformer_conv_step(edge_gradient):
     """A float64 TransformerConv training step with edge features on a random multigraph
-    (self loops, duplicates, vertices without in-edges): results, placeholders, feeds."""
+    (self loops, duplicates, vertices without in-edges), with the gradient with respect
+    to the edge features or without: results, placeholders, feeds."""
     import ngnn as ng
     from ngnn import nn
     rng = np.random.default_rng(0)
@@ -103,37 +105,44 @@ def transformer_conv_step():
     conv = nn.TransformerConv(6, 4, 3, edge_dim=3, seed=0, dtype=np.float64)
     out = conv(g, h, edges, training=True)
     loss = ng.sum(out * out)
-    return [loss] + ng.grad(loss, [h] + conv.parameters()), (h, edges), (x, ef)
+    wrt = [h, edges] if edge_gradient else [h]
+    return [loss] + ng.grad(loss, wrt + conv.parameters()), (h, edges), (x, ef)
 
 
-def test_transformer_convs_edge_feature_products_are_never_made_per_edge():
-    """TransformerConv with edge features: its per-vertex (W_e q) (a transposed per-head
-    product) is gathered from a contiguous copy made once per call, its two sums of a
+@pytest.mark.parametrize("edge_gradient", [False, True])
+def test_transformer_convs_edge_feature_products_are_never_made_per_edge(edge_gradient):
+    """TransformerConv with edge features: (W_e q) . e is one sparse product per block
+    over (W_e q) laid out (N, F, H) (no gathered copy, no product), its two sums of a
     per-head weight times the edge features (sum a e forward, its gradient backward) are
-    sparse products over the block's rows (K.weighted_row_sum), (W_e q) . e is a row
-    dot of factors of two shapes (one np.einsum) and q . k a row sum of a written product
-    (K.row_sums); the step equals the unfused NumPy one."""
+    sparse products over the block's rows (K.weighted_row_sum), and q . k is a row sum of
+    a written product (K.row_sums). Asked for the edge features' gradient, the
+    source-side walk gathers the per-vertex (W_e q) rows themselves: from a contiguous
+    copy, never from the transposed product. The step equals the unfused NumPy one."""
     from ngnn import transformers as ngt
-    results, placeholders, feeds = transformer_conv_step()
+    from ngnn.op_graph import Gather, Transpose
+    results, placeholders, feeds = transformer_conv_step(edge_gradient)
     with ngt.make_transformer("numpy") as t, \
             ngt.make_transformer("numpy", fusion=False) as unfused:
         comp = t.computation(results, *placeholders)
         comp.transform()
         plans = list(comp.block_plan.groups.values())
-        tables = {x for blocks in plans for x in blocks.contiguous_tables}
-        assert tables
+        dots = sum(len(blocks.gathered_dots) for blocks in plans)
+        assert dots == (3 if edge_gradient else 5)   # logits' and their gradient's terms
         assert sum(len(blocks.row_products) for blocks in plans) == 2
-        assert any(a.shape != product.shape for blocks in plans
-                   for product in blocks.row_dots.values() for a in product.args)
         assert all(a.shape == product.shape for blocks in plans
                    for product in blocks.row_sums.values() for a in product.args)
+        tables = {x for blocks in plans for x in blocks.contiguous_tables}
+        assert bool(tables) == edge_gradient
         source = comp.source
+        assert source.count("K.gathered_row_dot(") == dots
         assert source.count("K.weighted_row_sum(") == 2
         assert source.count("K.row_sums(") == sum(len(blocks.row_sums) for blocks in plans) > 0
-        for x in tables:
+        transposed = {op.args[0] for blocks in plans for op in blocks.group.ops
+                      if isinstance(op, Gather) and isinstance(op.args[0], Transpose)}
+        for x in transposed:
             identifier = value_identifier(comp.value_names[x])
             assert f"np.take({identifier}," not in source
-            assert f"np.take(wc{identifier[1:]}," in source
+            assert (f"np.take(wc{identifier[1:]}," in source) == (x in tables)
         got = comp(*feeds)
         want = unfused.computation(results, *placeholders)(*feeds)
         for a, b in zip(got, want):

@@ -70,8 +70,11 @@ class NumPyPlan:
             moved = nbytes(x) * (1 + dtype.itemsize // x.dtype.itemsize)
             cost = cost + (Cost(moved / device.transpose_rate, 0, moved)
                            if heads_of(weight) > 1 or dtype != x.dtype else Cost(calls=1))
-        # Transposed node tensors the gathers read, copied into contiguous rows.
-        for x in plan.contiguous_tables:
+        # Transposed node tensors the gathers read, copied into contiguous rows, and the
+        # node tensors of gathered row dots, laid out (N, F, H).
+        tables = set(plan.contiguous_tables) | {gather.args[0] for gather, _ in
+                                                plan.gathered_dots.values()}
+        for x in tables:
             cost = cost + Cost(2 * nbytes(x) / device.transpose_rate, 0, 2 * nbytes(x))
         masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
                  if draws_mask(op)}

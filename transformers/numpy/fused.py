@@ -104,13 +104,22 @@ class FusedGroupWriter:
         lines += [f"    {name} = {source}"
                   for name, source in dict(self.product_source(x, w, agg.dtype)
                                            for agg, (x, w) in self.products.items()).items()]
+        # Node tensors the gathered row dots read, laid out (N, F, H) once.
+        self.dot_tables = {}
+        for gather, _ in self.blocks.gathered_dots.values():
+            x = gather.args[0]
+            if x not in self.dot_tables:
+                copy = self.dot_tables[x] = "wf" + self.names[x][1:]
+                self.scratch[copy] = (None, (x.shape[0], x.shape[2], x.shape[1]), x.dtype)
+                lines.append(f"    np.copyto({copy}, {self.names[x]}.transpose(0, 2, 1))  "
+                             f"# the rows of {self.value_names[x]} as (N, F, H), for its row dots")
         # Transposed node tensors the gathers read, copied into contiguous rows once.
         self.tables = {}
         for x in self.blocks.contiguous_tables:
             copy = self.tables[x] = "wc" + self.names[x][1:]
             self.scratch[copy] = (None, x.shape, x.dtype)
             lines.append(f"    np.copyto({copy}, {self.names[x]})  "
-                         f"# {self.value_names[x]}'s rows, contiguous for the gathers")
+                         f"# the rows of {self.value_names[x]}, contiguous for its gathers")
         permuted = end == "src" and any(op in self.csr_ordered
                                         for op in group.inputs + group.outputs)
         if permuted:
@@ -230,6 +239,12 @@ class FusedGroupWriter:
         local[op] = name
         args = self.arguments(op, local)
         shape = BlockShape("n_e" if op.scope == "e" else "n_v", op.shape)
+        if op in self.blocks.gathered_dots:
+            gather, rows = self.blocks.gathered_dots[op]
+            rows = local.get(rows) or self.edge_rows(rows)
+            self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+            return [f"K.gathered_row_dot({self.dot_tables[gather.args[0]]}, {gather.by}, "
+                    f"{rows}, out={name})"]
         if op in self.blocks.row_sums:
             # The product's rows summed by BLAS, a matrix product with ones.
             product = self.blocks.row_sums[op]

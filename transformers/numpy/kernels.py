@@ -466,6 +466,19 @@ def row_sums(product, width, out):
     return out
 
 
+def gathered_row_dot(table, ids, rows, out):
+    """out[e, h] = sum over f of table[ids[e], f, h] * rows[e, f]: each edge's row of an
+    edge value against its vertex's (F, H) matrix, as one sparse product whose row e holds
+    rows[e] at the columns of vertex ids[e] of the table seen as (N * F, H), so the
+    vertex's rows are never gathered per edge."""
+    n_e, width = len(ids), table.shape[1]
+    columns = (ids.astype(np.int64) * width)[:, None] + np.arange(width)
+    indptr = np.arange(0, n_e * width + 1, width)
+    data = np.ascontiguousarray(rows.reshape(n_e, width), dtype=out.dtype)
+    return csr_product((n_e, table.shape[0] * width), indptr, columns.reshape(-1),
+                       data.reshape(-1), table, out)
+
+
 def weighted_row_sum(rows, weight, seg, reduce, out):
     """out[v, h] = sum over the block's edges e of v of weight[e, h] * rows[e] (mean
     divides by the degree), for rows (n_e, 1, F) of an edge value and weight (n_e, H, 1):
