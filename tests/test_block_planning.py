@@ -166,3 +166,18 @@ def test_weighted_row_sum_is_the_segment_sum_of_each_weight_times_its_row():
                 want[v] /= max(seg[v + 1] - seg[v], 1)
         got = K.weighted_row_sum(rows, weight, seg, reduce, np.full((5, 4, 3), 7.0))
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_gathered_row_dot_is_each_edges_row_against_its_vertexs_matrix():
+    """K.gathered_row_dot: out[e, h] = sum over f of table[ids[e], f, h] * rows[e, f], for
+    ids of either integer width, float32 rows summed into float64, no edges at all."""
+    from ngnn.transformers.numpy import kernels as K
+    rng = np.random.default_rng(2)
+    table = rng.standard_normal((5, 3, 4))          # (N, F, H)
+    rows = rng.standard_normal((7, 1, 3)).astype(np.float32)
+    for ids in (np.array([0, 4, 4, 2, 0, 1, 3]), np.array([3, 3, 0, 1, 2, 4, 4], np.int32)):
+        want = np.einsum("efh,ef->eh", table[ids], rows[:, 0].astype(np.float64))
+        got = K.gathered_row_dot(table, ids, rows, np.full((7, 4, 1), 7.0))
+        np.testing.assert_allclose(got[:, :, 0], want, rtol=1e-12, atol=1e-12)
+    empty = K.gathered_row_dot(table, np.zeros(0, np.int64), rows[:0], np.empty((0, 4)))
+    assert empty.shape == (0, 4)
