@@ -23,7 +23,8 @@ STRUCTURE = [r"", r'""".*"""', r"import .*", r"from .* import .*", r"def \w+\(.*
              r"return .*", r"# \d+ ops, .*", r"for v0, v1, p0, p1 in K\.blocks\(.*\):",
              r"workspace = np\.empty\(.*", r"g\d+ = graphs\[\d+\]", r"exchange\d+ = graphs\[\d+\]",
              r"t_\w+ = variables\[\d+\]", r"t_\w+ = K\.view\(buffers\[\d+\], .*\)",
-             r"w_\w+ = K\.view\(workspace\[\d+:\], .*\)", r"wh_\w+ = K\.view\(workspace.*\)",
+             r"w_\w+ = K\.view\(workspace\[\d+:\], .*\)", r"w[hcf]_\w+ = K\.view\(workspace.*\)",
+             r"np\.copyto\(w[cf]_\w+, t_\w+(\.transpose\(.*\))?\)  # the rows of %\w+\b.*",
              r"(eids|src|dst|seg|in_csr|in_pos|(dst|src)_in_block) = .*", r"(n_e|n_v)(, n_v)? = .*",
              r"b_\w+ = (w_\w+\[:n_[ev]\]|t_\w+\[v0:v1\]|K\.block_array\(w_\w+, n_[ev]\))",
              r"t_\w+\[(v0:v1|eids|p0:p1|in_pos)\] = b_\w+",
@@ -46,6 +47,23 @@ def gat_training_step(transformer):
     updates = [ng.assign(p, p - 0.1 * d) for p, d in zip(params, ng.grad(loss, params))]
     comp = transformer.computation([loss] + updates, x)
     comp(rng.normal(size=(n, 4)).astype(np.float32))
+    return comp
+
+
+def transformer_conv_training_step(transformer):
+    """One training step of a TransformerConv layer with edge features: its groups copy
+    per-vertex tables once per call and sum edge-feature products in place (fused.py)."""
+    rng = np.random.default_rng(0)
+    n = 30
+    g = ng.Graph.from_edges(rng.integers(0, n, 120), rng.integers(0, n, 120), n)
+    layer = nn.TransformerConv(4, 3, 2, edge_dim=3, seed=0)
+    x = ng.placeholder((n, 4), name="x")
+    e = ng.placeholder((120, 3), name="e")
+    loss = ng.sum(layer(g, x, e, training=True) ** 2)
+    params = layer.parameters()
+    updates = [ng.assign(p, p - 0.1 * d) for p, d in zip(params, ng.grad(loss, params))]
+    comp = transformer.computation([loss] + updates, x, e)
+    comp(rng.normal(size=(n, 4)).astype(np.float32), rng.normal(size=(120, 3)).astype(np.float32))
     return comp
 
 
@@ -78,7 +96,8 @@ def ir_name(identifier):
     return "%" + rest
 
 
-@pytest.mark.parametrize("build", [gat_training_step, recipe_gat_training_step])
+@pytest.mark.parametrize("build", [gat_training_step, recipe_gat_training_step,
+                                   transformer_conv_training_step])
 def test_every_statement_of_a_gat_training_step_names_its_value_and_op(build):
     with ngt.make_transformer("numpy") as t:
         comp = build(t)

@@ -10,12 +10,34 @@ decided here, per group (`GroupBlocks`):
     or of a gather widened to the aggregation's float64: WideAccumulation's
     widen_after_gather) that run as sparse products, one per attention head, reading x's
     rows in place (or a widened copy of x, made once per call);
-  - `row_dots`: sums over trailing axes of a product of two edge values of one shape (a
-    per-head dot product of gathered features: the gradient of attention logits), run as
-    one np.einsum of the two factors; `skipped`, the ops these make unnecessary (the
-    gathered copy, the (E, heads, features) product are never made);
+  - `row_products`: the sum and mean aggregations at the group's own end of `weight *
+    rows`, an edge value read by the block (an edge input's (E, 1, F) rows, or those rows
+    widened to the sum's float64) scaled per head by an (E, H, 1) weight: one sparse
+    product per head whose columns are the block's own rows, so the (E, H, F) product is
+    never made (TransformerConv's sum of a e over a vertex's edges: 6 times faster than
+    the product and its segment sum);
+  - `row_sums` and `row_dots`: sums over trailing axes (a few values: a per-head dot
+    product's features) of a product of two edge values. Of two of one shape (the
+    attention logits and their gradient) the product is written and its rows summed by
+    BLAS, a matrix product with ones (np.einsum's loop over rows of 8 values took 2.6
+    times as long: GAT's and TransformerConv's steps 6 to 10% faster); of one broadcast
+    against the other along axes of length 1 (TransformerConv's (W_e q) . e per head),
+    where writing the broadcast product costs more than it saves, the sum is one
+    np.einsum of the two factors, the product never written. `skipped`: the ops these
+    make unnecessary (the gathered copy, the (E, heads, features) product are never made);
+  - `gathered_dots`: of the row dots, the sums over the features of a gathered node tensor's
+    rows (E, H, F) times an edge value's rows (E, 1, F) (TransformerConv's (W_e q) . e
+    per head): one sparse product per block whose rows are the edges, each with the F
+    values of its edge value's row at the gathered vertex's columns of the node tensor
+    laid out (N, F, H) (copied so once per call), so neither the gathered copy nor the
+    product is made (np.einsum over the gathered rows is 1.5 to 2 times slower);
   - `reads_own_ends`: whether a block makes its edges' own-end vertex ids (only a gather by
     the group's own end reads them);
+  - `contiguous_tables`: the node tensors gathers read that are transposes moving the node
+    axis (a per-head product's result, TransformerConv's (W_e q) per vertex): each is
+    copied into contiguous rows once per call, before the blocks, as np.take of a row
+    that lies in pieces across the tensor costs 8 to 30 times a contiguous row's (5 such
+    gathers were 40% of TransformerConv's step with edge features at R-MAT 10K);
   - `rows_of(arg, user)`: how a block reads an input: edge rows, vertex rows, or whole;
 and for the computation (`BlockPlan.csr_ordered`): the edge values only fused groups read,
 each a whole row per edge, which are stored in their graph's in-CSR order, so that a
@@ -30,7 +52,7 @@ sets `computation.block_plan`; it rewrites nothing.
 """
 import numpy as np
 
-from ..op_graph import Broadcast, Cast, Gather, Multiply, Sum
+from ..op_graph import Broadcast, Cast, Gather, Multiply, Sum, Transpose
 from .base import GraphPass
 from .fusion import FusedGroup
 
@@ -68,16 +90,29 @@ class GroupBlocks:
         self.E, self.N = group.graph.num_edges, group.graph.num_nodes
         self.csr_ordered = set()        # the computation's (BlockPlan.csr_ordered)
         self.products, skipped = self.sparse_products()
-        self.row_dots = self.dot_products(skipped)
-        dot_factors = set(self.row_dots.values())
-        self.skipped = skipped | dot_factors
+        self.row_products, row_skipped = self.edge_row_products()
+        skipped |= row_skipped
+        dots = self.dot_products(skipped)
+        self.row_sums = {op: product for op, product in dots.items()
+                         if all(a.shape == product.shape for a in product.args)}
+        self.row_dots = {op: product for op, product in dots.items()
+                         if op not in self.row_sums}
+        self.gathered_dots = self.gathered_dot_products()
+        skipped |= {gather for gather, _ in self.gathered_dots.values()}
+        dot_factors = set(dots.values())
+        self.skipped = skipped | set(self.row_dots.values())
         # The values sparse products skip count (the budget was tuned with them); a dot
-        # product's product does not.
+        # product's product does not (a row sum's, written, is read back at once).
         per_edge = sum(op.nbytes // max(self.E, 1) for op in group.ops + group.inputs
                        if self.is_edge_sized(op) and op not in dot_factors)
         self.block_edges = max(1, block_bytes // max(per_edge, 1))
         self.reads_own_ends = any(isinstance(op, Gather) and op.by == group.at and
-                                  op not in self.skipped for op in group.ops)
+                                  op not in self.skipped for op in group.ops) or \
+            any(gather.by == group.at for gather, _ in self.gathered_dots.values())
+        self.contiguous_tables = list(dict.fromkeys(
+            op.args[0] for op in group.ops if isinstance(op, Gather) and
+            op not in self.skipped and op.args[0] not in self.members and
+            isinstance(op.args[0], Transpose) and op.args[0].axes[0] != 0))
 
     def is_edge_sized(self, op):
         return op.scope == "e" and op.shape and op.shape[0] == self.E
@@ -150,10 +185,46 @@ class GroupBlocks:
                         break
         return products, skipped
 
+    def edge_row_products(self):
+        """Sum/mean aggregations of `weight * rows` (see the module's docstring) run as
+        one sparse product per head over the block's rows. Returns {aggregation: (the edge
+        value whose rows the block reads, weight)} and the ops this makes unnecessary."""
+        group = self.group
+        uses = {}
+        for op in group.ops:
+            for a in op.args:
+                uses[a] = uses.get(a, 0) + 1
+
+        def private(op):
+            return op in self.members and op not in group.outputs and uses.get(op) == 1
+
+        products, skipped = {}, set()
+        for agg in group.ops:
+            if agg.fusion_role != "agg" or not agg.combiner.linear or agg.at != group.at:
+                continue
+            (msg,) = agg.args
+            if not (isinstance(msg, Multiply) and private(msg) and msg.ndim == 3):
+                continue
+            for rows, w in (msg.args, msg.args[::-1]):
+                if isinstance(w, Broadcast) and w.args[0].ndim == w.ndim:
+                    w = w.args[0]      # a per-head weight spread over the features
+                read = rows
+                if isinstance(rows, Cast) and private(rows) and rows.dtype == np.float64 \
+                        and rows.args[0].dtype == np.float32:
+                    read = rows.args[0]          # widened in the product
+                if read not in self.members and self.is_edge_sized(read) and \
+                        self.rows_of(read, rows if read is not rows else msg) == "edges" and \
+                        rows.shape[1] == 1 and w.shape[2] == 1 and w.shape[1] > 1 and \
+                        w.dtype == rows.dtype == agg.dtype:
+                    products[agg] = (read, w)
+                    skipped.update([msg] + ([rows] if read is not rows else []))
+                    break
+        return products, skipped
+
     def dot_products(self, skipped):
-        """Sums over trailing axes of a product of two edge values of one shape, run as one
-        np.einsum of the two factors, so their product is never written. Returns
-        {sum: product}."""
+        """Sums over trailing axes of a product of two edge values of one shape, or one
+        broadcast against the other along axes of length 1 (TransformerConv's (W_e q) .
+        e): the row sums and row dots of the module's docstring. Returns {sum: product}."""
         users = {}
         for op in self.group.ops:
             for a in op.args:
@@ -164,8 +235,31 @@ class GroupBlocks:
             if isinstance(product, Multiply) and product not in skipped and \
                     op.scope == "e" and op.numpy.startswith("np.einsum(") and \
                     product not in self.group.outputs and users[product] == [op] and \
-                    all(a.shape == product.shape for a in product.args):
+                    all(a.ndim == product.ndim and all(d in (1, p) for d, p in zip(
+                        a.shape, product.shape)) for a in product.args):
                 dots[op] = product
+        return dots
+
+
+    def gathered_dot_products(self):
+        """The row dots (see the module's docstring) of a gather of a node tensor (E, H, F),
+        used by no other op, and an edge value's rows (E, 1, F), summed over F. Returns
+        {sum: (the gather, the edge value)}."""
+        uses = {}
+        for op in self.group.ops:
+            for a in op.args:
+                uses[a] = uses.get(a, 0) + 1
+        dots = {}
+        for op, product in self.row_dots.items():
+            if op.axes != (2,) or product.ndim != 3:
+                continue
+            for gather, rows in (product.args, product.args[::-1]):
+                if isinstance(gather, Gather) and gather.args[0] not in self.members and \
+                        gather not in self.group.outputs and uses[gather] == 1 and \
+                        rows.shape[1] == 1 and gather.shape[1] > 1 and \
+                        gather.dtype == rows.dtype:
+                    dots[op] = (gather, rows)
+                    break
         return dots
 
 

@@ -70,6 +70,12 @@ class NumPyPlan:
             moved = nbytes(x) * (1 + dtype.itemsize // x.dtype.itemsize)
             cost = cost + (Cost(moved / device.transpose_rate, 0, moved)
                            if heads_of(weight) > 1 or dtype != x.dtype else Cost(calls=1))
+        # Transposed node tensors the gathers read, copied into contiguous rows, and the
+        # node tensors of gathered row dots, laid out (N, F, H).
+        tables = set(plan.contiguous_tables) | {gather.args[0] for gather, _ in
+                                                plan.gathered_dots.values()}
+        for x in tables:
+            cost = cost + Cost(2 * nbytes(x) / device.transpose_rate, 0, 2 * nbytes(x))
         masks = {(op.seed, op.rate, op.shape, op.rows): op for op in group.ops
                  if draws_mask(op)}
         for op in masks.values():
@@ -204,6 +210,19 @@ class Block:
         device, blocks, edges = self.device, self.blocks, self.edges
         width, out = row_width(op), nbytes(op)
         mean = Cost(calls=0) if op.reduce != "mean" else self.divide_by_degrees(op)
+        if op in self.group_plan.row_products:
+            # K.weighted_row_sum: per head a product over the block's own rows of the edge
+            # value (read in order), the weights by head and the heads back into rows.
+            rows, weight = self.group_plan.row_products[op]
+            heads = op.shape[1]
+            data = self.read(rows, op) + (Cost(calls=0) if weight in self.members else
+                                          self.read(weight, op))
+            fill = passes(device, 0, out, calls=blocks * heads)
+            product = self.blocked("spmm", edges * heads, width / heads, edges,
+                                   blocks * heads)
+            moved = 8 * edges * heads + 2 * out
+            data = data + Cost(moved / device.transpose_rate, 0, moved, calls=3 * blocks)
+            return data + fill + product + mean
         if op in products:
             x, weight = products[op]
             heads = heads_of(weight)

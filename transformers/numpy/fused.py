@@ -97,12 +97,29 @@ class FusedGroupWriter:
         csr = "in" if end == "dst" else "out"
         self.products, self.row_dots, skipped = (self.blocks.products, self.blocks.row_dots,
                                                  self.blocks.skipped)
+        self.row_products = self.blocks.row_products
         lines = [f"def {group.name}({', '.join(params)}):",
                  f"    # {len(group.ops)} ops, {'destination' if end == 'dst' else 'source'}"
                  f"-parallel over the {csr}-CSR; edge values live one block at a time"]
         lines += [f"    {name} = {source}"
                   for name, source in dict(self.product_source(x, w, agg.dtype)
                                            for agg, (x, w) in self.products.items()).items()]
+        # Node tensors the gathered row dots read, laid out (N, F, H) once.
+        self.dot_tables = {}
+        for gather, _ in self.blocks.gathered_dots.values():
+            x = gather.args[0]
+            if x not in self.dot_tables:
+                copy = self.dot_tables[x] = "wf" + self.names[x][1:]
+                self.scratch[copy] = (None, (x.shape[0], x.shape[2], x.shape[1]), x.dtype)
+                lines.append(f"    np.copyto({copy}, {self.names[x]}.transpose(0, 2, 1))  "
+                             f"# the rows of {self.value_names[x]} as (N, F, H), for its row dots")
+        # Transposed node tensors the gathers read, copied into contiguous rows once.
+        self.tables = {}
+        for x in self.blocks.contiguous_tables:
+            copy = self.tables[x] = "wc" + self.names[x][1:]
+            self.scratch[copy] = (None, x.shape, x.dtype)
+            lines.append(f"    np.copyto({copy}, {self.names[x]})  "
+                         f"# the rows of {self.value_names[x]}, contiguous for its gathers")
         permuted = end == "src" and any(op in self.csr_ordered
                                         for op in group.inputs + group.outputs)
         if permuted:
@@ -222,6 +239,18 @@ class FusedGroupWriter:
         local[op] = name
         args = self.arguments(op, local)
         shape = BlockShape("n_e" if op.scope == "e" else "n_v", op.shape)
+        if op in self.blocks.gathered_dots:
+            gather, rows = self.blocks.gathered_dots[op]
+            rows = local.get(rows) or self.edge_rows(rows)
+            self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+            return [f"K.gathered_row_dot({self.dot_tables[gather.args[0]]}, {gather.by}, "
+                    f"{rows}, out={name})"]
+        if op in self.blocks.row_sums:
+            # The product's rows summed by BLAS, a matrix product with ones.
+            product = self.blocks.row_sums[op]
+            width = int(np.prod([product.shape[a] for a in op.axes], dtype=np.int64))
+            self.block_views.append(f"{name} = {self.scratch_rows(op, name)}")
+            return [f"K.row_sums({local[product]}, {width}, out={name})"]
         if op in self.row_dots:
             x, y = self.arguments(self.row_dots[op], local)
             subscripts, out = re.match(r"np\.einsum\('(\w+->\w*)', \{x\}, out=(.*)\)$",
@@ -234,8 +263,9 @@ class FusedGroupWriter:
             # A value this block made (a vertex gather, by the group's own end: Fusion's
             # vertex_gathers) holds the block's vertices only, row 0 for v0.
             index = f"{op.by}_in_block" if op.args[0] in local else op.by
+            table = self.tables.get(op.args[0], args[0])
             # mode="clip" takes without checking again: the graph checked its ids.
-            return [f"{name} = np.take({args[0]}, {index}, axis=0, "
+            return [f"{name} = np.take({table}, {index}, axis=0, "
                     f"out={self.scratch_rows(op, name)}, mode='clip')"]
         if op.fusion_role == "agg":
             target = f"{self.names[op]}[v0:v1]" if op in self.group.outputs else \
@@ -252,6 +282,11 @@ class FusedGroupWriter:
                         f"seg, {op.reduce!r}, "
                         f"out={name})"]
             self.block_views.append(f"{name} = {target}")
+            if op in self.row_products:
+                rows, weight = self.row_products[op]
+                return [f"K.weighted_row_sum({self.edge_rows(rows)}, "
+                        f"{local.get(weight) or self.edge_rows(weight)}, seg, "
+                        f"{op.reduce!r}, out={name})"]
             return [f"K.segment_reduce({args[0]}, seg, {op.reduce!r}, out={name})"]
         if isinstance(op, EdgeSoftmax):
             return [f"{name} = K.segment_softmax({args[0]}, seg, "
