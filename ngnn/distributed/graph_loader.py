@@ -28,6 +28,7 @@ import numpy as np
 import ngnn as ng
 from ngnn.graph_train import GraphTrainer
 from ngnn.op_graph import AllReduce, OneHot
+from ngnn.sampling.graph_loader import fill_rows
 from ngnn.sampling.slot import GraphSlot
 
 from .exchange import Exchange, world
@@ -231,15 +232,7 @@ class RankGraphLoader:
                          "ranges", None).part(self.rank)
         masters = part.nodes[:part.num_masters]
         self.slot.load(part, batch.graph_ids[masters])
-        m = masters.shape[0]
-        self.features[:m] = features[masters]
-        if self.filled > m:          # padding rows read zeros, whatever came before
-            self.features[m:self.filled] = 0
-        self.filled = m
-        self.labels[:] = 0
-        self.labels[:ids.size] = self.dataset.labels[ids]
-        self.mask[:] = False
-        self.mask[:ids.size] = True
+        fill_rows(self, masters.shape[0], features[masters], ids)
 
 
 class DistributedGraphLoaderTrainer(GraphTrainer):

@@ -64,6 +64,21 @@ class BatchSlot:
                 f"num_graphs={self.num_graphs}; loaded {self.loaded} graphs)")
 
 
+def fill_rows(loader, n, features, ids):
+    """Writes a batch's `n` feature rows and the labels of its graphs `ids` into the fixed
+    arrays of `loader` (a GraphLoader or a rank's share of one) that the compiled step
+    reads; rows and graphs past them read zeros (and a False mask), whatever an earlier
+    batch left there."""
+    loader.features[:n] = features
+    if loader.filled > n:
+        loader.features[n:loader.filled] = 0
+    loader.filled = n
+    loader.labels[:] = 0
+    loader.labels[:ids.size] = loader.dataset.labels[ids]
+    loader.mask[:] = False
+    loader.mask[:ids.size] = True
+
+
 class GraphLoader:
     """Batches of up to `batch_size` graphs of `dataset` (a GraphDataset), drawn from
     `indices` (default: every graph), shuffled per epoch by `seed` when `shuffle` (Philox,
@@ -157,14 +172,7 @@ class GraphLoader:
             n = batch.num_nodes
         else:
             n, features = self._load_cut(ids)
-        self.features[:n] = features
-        if self.filled > n:           # padding rows read zeros, whatever came before
-            self.features[n:self.filled] = 0
-        self.filled = n
-        self.labels[:] = 0
-        self.labels[:ids.size] = self.dataset.labels[ids]
-        self.mask[:] = False
-        self.mask[:ids.size] = True
+        fill_rows(self, n, features, ids)
 
     def _load_cut(self, ids):
         """Loads the batch `ids` into the slot as `BatchSlot.load(dataset.batch(ids))`
