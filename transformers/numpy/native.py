@@ -369,3 +369,30 @@ def prepare_elementwise(function, args, out, statement):
         return out
     call.arrays = (args, out)       # alive as long as their addresses are used
     return call
+
+
+def prepare_sweep(function, inputs, outputs, live, rows_shape, statements):
+    """The C function of a sweep group of (rows, F) `rows_shape` over `inputs` (read),
+    `outputs` (written) and the live-row count `live` (or None), as a function of no arguments with their addresses
+    taken now; `statements` (the group's ops one by one) where an output overlaps another
+    array other than a (rows, F) array element for element, or an array is not
+    C-contiguous. The memory plan makes such sharing only where a value dies as the next
+    is made, which passes in step order keep right; any other overlap could be read after
+    the group wrote it."""
+    arrays = list(inputs) + list(outputs) + ([] if live is None else [live])
+    if not all(a.flags.c_contiguous for a in arrays):
+        return statements
+    for o in outputs:
+        for a in arrays:
+            if a is o or not np.may_share_memory(a, o):
+                continue
+            exact = a.ctypes.data == o.ctypes.data and a.shape == o.shape == rows_shape \
+                and a.strides == o.strides
+            if not exact:
+                return statements
+    addresses = [a.ctypes.data for a in arrays]
+
+    def call():
+        function(*addresses)
+    call.arrays = arrays        # alive as long as their addresses are used
+    return call

@@ -18,12 +18,14 @@ from ngnn.op_graph.printer import op_comment
 from ngnn.op_graph import Assign, Constant, Placeholder, Variable
 from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
 from ngnn.passes.buffer_sharing import BufferSharing
+from ngnn.passes.row_sweeps import RowSweeps, row_shape
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
 from . import native
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
 from .native_elementwise import NativeElementwise
+from .native_sweeps import SweepFunctions
 
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
@@ -86,8 +88,12 @@ class NumPyTransformer(Transformer):
     def late_passes(self):
         # The fused groups' blocks are planned once, for the code writer and the simulator.
         block_bytes = self.options.get("fusion_block_bytes", DEFAULT_BLOCK_BYTES)
+        # native=True: runs of row-wise ops become one C loop each (native_sweeps.py),
+        # unless the NaN finder is to check every op's output.
+        sweeps = [RowSweeps()] if self.options.get("native", False) and \
+            self.fusion and not self.debug_nans else []
         return self.fusion_passes(vertex_gathers=True) + [BlockPlanning(block_bytes),
-                                                          BufferSharing()]
+                                                          BufferSharing()] + sweeps
 
     def is_view(self, op):
         return op.is_view
@@ -123,6 +129,8 @@ class NumPyTransformer(Transformer):
         source = module.render()
         if module.elementwise is not None and module.elementwise.functions:
             module.elementwise.load()
+        if module.sweeps is not None and module.sweeps.functions:
+            module.sweeps.load()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
         # the computation (or when the transformer closes).
@@ -186,6 +194,10 @@ class ModuleWriter:
         self.bind_lines, self.body, self.deferred = [], [], []
         self.codegen = NumPyCodeGenerator(self.ref, "N" if native_kernels else "K")
         self.elementwise = NativeElementwise() if native_kernels else None
+        self.sweeps = SweepFunctions() if native_kernels else None
+        # op -> its sweep group (RowSweeps), where the group runs as one C function
+        self.sweep_of = {op: group for group in getattr(computation, "row_sweeps", [])
+                         for op in group} if native_kernels else {}
 
     def ref(self, kind, obj):
         """Name of a module-level object the code uses: a graph, the exchange that talks
@@ -226,6 +238,9 @@ class ModuleWriter:
         for step in self.comp.steps:
             if isinstance(step, FusedGroup):
                 self.emit_group(step)
+            elif step in self.sweep_of:
+                if step is self.sweep_of[step][-1]:     # the leaves it reads bound
+                    self.emit_sweep(self.sweep_of[step])
             else:
                 self.emit(step)
         function = "run"
@@ -264,6 +279,44 @@ class ModuleWriter:
         inputs = ", ".join(self.value_names[i] for i in group.inputs)
         self.body.append(f"{call}  # {outputs} = {group.name}({inputs})")
 
+    def emit_sweep(self, group):
+        """One C function for a sweep group (native_sweeps.py), prepared in bind; its ops'
+        statements one by one, in a function of bind, where the arrays turn out to overlap."""
+        statements, comments = [], []
+        for op in group:
+            name, args, comment = self.bind_value(op)
+            statements += [s + comment for s in self.codegen.generate_op(op, name, args)]
+            comments.append(op_comment(op, self.value_names))
+        function, inputs, live = self.sweeps.add(group, comments)
+        first = self.names[group[0]]
+        fallback, call = "sweep" + first[1:], "call" + first[1:]
+        self.bind_lines += [f"def {fallback}():"] + ["    " + s for s in statements]
+        arrays = [self.name_of(a) for a in inputs]
+        outputs = [self.names[op] for op in group]
+        self.bind_lines.append(
+            f"{call} = N.prepare_sweep({self.ref('native', self.sweeps)}.library.{function}, "
+            f"({''.join(a + ', ' for a in arrays)}), ({''.join(o + ', ' for o in outputs)}), "
+            f"{'None' if live is None else self.name_of(live)}, {row_shape(group[0])}, "
+            f"{fallback})")
+        self.body += [f"# {c}" for c in comments]
+        self.body.append(f"{call}()  # {', '.join(self.value_names[op] for op in group)} in "
+                         "one C function (native_sweeps.py)")
+
+    def bind_value(self, op):
+        """The name of `op`'s array (bound to its planned view, or the variable it is
+        written into), its arguments' names and the comment of its statement."""
+        name = self.name_of(op)
+        args = [self.name_of(a) for a in op.args]
+        note = ""
+        if op in self.plan.into_variable:
+            variable = self.plan.into_variable[op]
+            name = self.names[op] = self.name_of(variable)
+            note = f"  # into {self.value_names[variable]}"
+        if op in self.plan.slots:
+            self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
+                                   f"{op.shape}, np.{op.dtype.name})")
+        return name, args, self.comment(op) + note
+
     def emit(self, op):
         name = self.name_of(op)
         if isinstance(op, Placeholder):
@@ -286,15 +339,7 @@ class ModuleWriter:
                                      "landing last")
             self.names[op] = variable
             return
-        note = ""
-        if op in self.plan.into_variable:
-            variable = self.plan.into_variable[op]
-            name = self.names[op] = self.name_of(variable)
-            note = f"  # into {self.value_names[variable]}"
-        if op in self.plan.slots:
-            self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
-                                   f"{op.shape}, np.{op.dtype.name})")
-        comment = self.comment(op) + note
+        name, args, comment = self.bind_value(op)
         statements = self.codegen.generate_op(op, name, args)
         if self.native_kernels and statements[0].startswith("N.") and \
                 all(self.bound_at_bind(a) for a in [*op.args, op]):
