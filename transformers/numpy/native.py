@@ -396,3 +396,31 @@ def prepare_sweep(function, inputs, outputs, live, rows_shape, statements):
         function(*addresses)
     call.arrays = arrays        # alive as long as their addresses are used
     return call
+
+
+def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, python):
+    """A fused group's C function (native_groups.py) as a function of the group's Python
+    parameters (its inputs, then `step`): the C reads the inputs at positions `order`
+    (each of shape `shapes[k]` and `dtype`), the graph's `csr` CSR as it is at the call,
+    and writes `outputs` (bound once). Where an array is not C-contiguous or not of the
+    shape or dtype rendered, or the CSR is not of the vertices rendered, the group's
+    Python function `python` runs instead."""
+    rows = outputs[0].shape[0]
+    if not all(o.flags.c_contiguous and o.dtype == dtype for o in outputs):
+        return python
+    out_addresses = [o.ctypes.data for o in outputs]
+    index_dtype = getattr(graph, f"{csr}_indptr").dtype
+
+    def call(*args):
+        indptr, cols = getattr(graph, f"{csr}_indptr"), getattr(graph, f"{csr}_{other}")
+        arrays = [args[k] for k in order]
+        if len(indptr) != rows + 1 or indptr.dtype != index_dtype or \
+                cols.dtype != index_dtype or not cols.flags.c_contiguous or \
+                not indptr.flags.c_contiguous or not all(
+                    a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+                    for a, shape in zip(arrays, shapes)):
+            return python(*args)
+        function(rows, indptr.ctypes.data, cols.ctypes.data,
+                 *[a.ctypes.data for a in arrays], *out_addresses)
+    call.arrays = outputs       # alive as long as their addresses are used
+    return call

@@ -25,6 +25,7 @@ from . import native
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
 from .native_elementwise import NativeElementwise
+from .native_groups import GroupFunctions
 from .native_sweeps import SweepFunctions
 
 
@@ -131,6 +132,8 @@ class NumPyTransformer(Transformer):
             module.elementwise.load()
         if module.sweeps is not None and module.sweeps.functions:
             module.sweeps.load()
+        if module.native_groups is not None and module.native_groups.functions:
+            module.native_groups.load()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
         # the computation (or when the transformer closes).
@@ -195,6 +198,7 @@ class ModuleWriter:
         self.codegen = NumPyCodeGenerator(self.ref, "N" if native_kernels else "K")
         self.elementwise = NativeElementwise() if native_kernels else None
         self.sweeps = SweepFunctions() if native_kernels else None
+        self.native_groups = GroupFunctions() if native_kernels else None
         # op -> its sweep group (RowSweeps), where the group runs as one C function
         self.sweep_of = {op: group for group in getattr(computation, "row_sweeps", [])
                          for op in group} if native_kernels else {}
@@ -277,6 +281,27 @@ class ModuleWriter:
         self.bind_lines += [""] + function
         outputs = ", ".join(self.value_names[o] for o in group.outputs)
         inputs = ", ".join(self.value_names[i] for i in group.inputs)
+        blocks = self.comp.block_plan.groups[group]
+        if self.native_groups is not None and self.native_groups.accepts(blocks):
+            # The whole group as one C loop over its vertices (native_groups.py), the
+            # Python function kept for arrays it does not fit.
+            skipped = blocks.skipped
+            name, reads = self.native_groups.add(
+                blocks, [op_comment(op, self.value_names) for op in group.ops
+                         if op not in skipped])
+            params = [i for i in group.inputs if not is_scalar_constant(i)]
+            csr = "in" if group.at == "dst" else "out"
+            native_call = "native_" + group.name
+            self.bind_lines.append(
+                f"{native_call} = N.prepare_group("
+                f"{self.ref('native', self.native_groups)}.library.{name}, "
+                f"{self.ref('graph', group.graph)}, {csr!r}, "
+                f"{'src' if csr == 'in' else 'dst'!r}, "
+                f"{tuple(params.index(a) for a in reads)}, {tuple(a.shape for a in reads)}, "
+                f"np.{group.ops[-1].dtype.name}, "
+                f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name})")
+            call = native_call + call[len(group.name):]
+            outputs += " in one C loop (native_groups.py)"
         self.body.append(f"{call}  # {outputs} = {group.name}({inputs})")
 
     def emit_sweep(self, group):
