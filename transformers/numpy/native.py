@@ -404,23 +404,33 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
     (each of shape `shapes[k]` and `dtype`), the graph's `csr` CSR as it is at the call,
     and writes `outputs` (bound once). Where an array is not C-contiguous or not of the
     shape or dtype rendered, or the CSR is not of the vertices rendered, the group's
-    Python function `python` runs instead."""
+    Python function `python` runs instead. The arrays' addresses are taken again only
+    when one of them is another array than at the last call (a new batch's CSR, a fed
+    array): taking one costs about a microsecond."""
     rows = outputs[0].shape[0]
     if not all(o.flags.c_contiguous and o.dtype == dtype for o in outputs):
         return python
-    out_addresses = [o.ctypes.data for o in outputs]
     index_dtype = getattr(graph, f"{csr}_indptr").dtype
+    indptr_name, cols_name = f"{csr}_indptr", f"{csr}_{other}"
+    last = {"arrays": (), "addresses": None}
+
+    def fits(indptr, cols, arrays):
+        return len(indptr) == rows + 1 and indptr.dtype == index_dtype and \
+            cols.dtype == index_dtype and cols.flags.c_contiguous and \
+            indptr.flags.c_contiguous and all(
+                a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+                for a, shape in zip(arrays, shapes))
 
     def call(*args):
-        indptr, cols = getattr(graph, f"{csr}_indptr"), getattr(graph, f"{csr}_{other}")
-        arrays = [args[k] for k in order]
-        if len(indptr) != rows + 1 or indptr.dtype != index_dtype or \
-                cols.dtype != index_dtype or not cols.flags.c_contiguous or \
-                not indptr.flags.c_contiguous or not all(
-                    a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
-                    for a, shape in zip(arrays, shapes)):
+        arrays = (getattr(graph, indptr_name), getattr(graph, cols_name)) + \
+            tuple(args[k] for k in order)
+        known = last["arrays"]
+        if len(known) != len(arrays) or any(a is not b for a, b in zip(arrays, known)):
+            last["arrays"] = arrays     # kept alive while their addresses are used
+            last["addresses"] = [a.ctypes.data for a in arrays + outputs] \
+                if fits(arrays[0], arrays[1], arrays[2:]) else None
+        if last["addresses"] is None:
             return python(*args)
-        function(rows, indptr.ctypes.data, cols.ctypes.data,
-                 *[a.ctypes.data for a in arrays], *out_addresses)
+        function(rows, *last["addresses"])
     call.arrays = outputs       # alive as long as their addresses are used
     return call
