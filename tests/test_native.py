@@ -320,9 +320,9 @@ def in_c_only(monkeypatch):
     def fallback_fails(*args):
         raise AssertionError("a group fell back to NumPy")
 
-    def prepare_sweep(function, inputs, outputs, live, rows_shape, statements):
+    def prepare_sweep(function, inputs, outputs, live, segments, statements):
         prepared["sweeps"] += 1
-        return sweep(function, inputs, outputs, live, rows_shape, fallback_fails)
+        return sweep(function, inputs, outputs, live, segments, fallback_fails)
 
     def prepare_group(*args):
         prepared["groups"] += 1
@@ -381,22 +381,27 @@ def test_sweep_groups_passes_follow_the_sums_they_read():
 
 
 def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
-    """Arrays that overlap other than element for element (an output over a broadcast
-    input) get the ops one by one; an output over its (rows, F) input runs the C."""
+    """Arrays of one segment that overlap other than element for element (an output over
+    a broadcast input) get the ops one by one; an output over its (rows, F) input runs
+    the C, and so do overlapping arrays of different segments (run one after another)."""
     buffer = np.zeros(10 * 4 + 4)
     rows, vector = buffer[:40].reshape(10, 4), buffer[36:]
+    one_segment = (((10, 4), (0, 1)),)
 
     def statements():
         pass
 
     def function(*addresses):
         pass
-    assert native.prepare_sweep(function, (vector,), (rows,), None, (10, 4),
+    assert native.prepare_sweep(function, (vector,), (rows,), None, one_segment,
                                 statements) is statements
-    assert native.prepare_sweep(function, (rows,), (rows,), None, (10, 4),
+    assert native.prepare_sweep(function, (rows,), (rows,), None, one_segment,
                                 statements) is not statements
     assert native.prepare_sweep(function, (rows[:, :2],), (np.zeros((10, 4)),), None,
-                                (10, 4), statements) is statements
+                                one_segment, statements) is statements
+    two_segments = (((1, 4), (0, 1)), ((10, 4), (1, 2)))
+    assert native.prepare_sweep(function, (vector,), (np.zeros(4), rows), None,
+                                two_segments, statements) is not statements
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -371,25 +371,34 @@ def prepare_elementwise(function, args, out, statement):
     return call
 
 
-def prepare_sweep(function, inputs, outputs, live, rows_shape, statements):
-    """The C function of a sweep group of (rows, F) `rows_shape` over `inputs` (read),
-    `outputs` (written) and the live-row count `live` (or None), as a function of no arguments with their addresses
-    taken now; `statements` (the group's ops one by one) where an output overlaps another
-    array other than a (rows, F) array element for element, or an array is not
-    C-contiguous. The memory plan makes such sharing only where a value dies as the next
-    is made, which passes in step order keep right; any other overlap could be read after
-    the group wrote it."""
+def prepare_sweep(function, inputs, outputs, live, segments, statements):
+    """The C function of a sweep group (native_sweeps.py) over `inputs` (read), `outputs`
+    (written) and the live-row count `live` (or None), as a function of no arguments with
+    their addresses taken now. `segments`: each segment's (rows, F) and the positions, in
+    inputs + outputs + [live], of the arrays it reads or writes. Segments run one after
+    another, as the ops one by one would; within one, an output may share memory with
+    another of its arrays only element for element, a whole (rows, F) array: the memory
+    plan makes such sharing only where a value dies as the next is made, which passes in
+    step order keep right; any other overlap could be read after the group wrote it.
+    There, or where an array is not C-contiguous, `statements` (the group's ops one by
+    one) is returned instead."""
     arrays = list(inputs) + list(outputs) + ([] if live is None else [live])
+    written = set(range(len(inputs), len(inputs) + len(outputs)))
     if not all(a.flags.c_contiguous for a in arrays):
         return statements
-    for o in outputs:
-        for a in arrays:
-            if a is o or not np.may_share_memory(a, o):
+    for (rows, width), positions in segments:
+        for k in positions:
+            if k not in written:
                 continue
-            exact = a.ctypes.data == o.ctypes.data and a.shape == o.shape == rows_shape \
-                and a.strides == o.strides
-            if not exact:
-                return statements
+            o = arrays[k]
+            for m in positions:
+                a = arrays[m]
+                if m == k or not np.may_share_memory(a, o):
+                    continue
+                exact = a.ctypes.data == o.ctypes.data and a.shape == o.shape and \
+                    a.strides == o.strides and o.size == rows * width
+                if not exact:
+                    return statements
     addresses = [a.ctypes.data for a in arrays]
 
     def call():

@@ -1,8 +1,9 @@
 """Sweep groups as C functions (make_transformer("numpy", native=True)).
 
 The RowSweeps pass (ngnn/passes/row_sweeps.py) groups runs of row-wise ops (element-wise
-ops, batch norm's kernels) of one (rows, F) shape; here each group becomes one C function
-that runs them as few passes over the rows as their dependencies allow:
+ops, batch norm's kernels) in segments of one (rows, F) shape; here each group becomes
+one C function that runs its segments one after another, each as few passes over its rows
+as its ops' dependencies allow:
   - an element-wise op's element is its `c` template (the GPU transformer's, with its
     literals and precision rule, as native_elementwise renders it), a batch-norm op's its
     `row_phases` (ngnn/op_graph/normalization.py): per-column values, an element, column
@@ -11,14 +12,15 @@ that runs them as few passes over the rows as their dependencies allow:
     plan assumes, is kept), or in the next pass when it reads a sum the group makes (a
     sum is whole only when its pass ends);
   - in a pass, each element of every op is computed in step order: a value made in the same
-    pass is read from a local variable, any other from memory; every value is stored, as
-    the memory plan expects.
+    pass is read from a local variable, any other from memory (broadcast as NumPy
+    broadcasts it); every value is stored, as the memory plan expects.
 Sums run over the live rows in row order in the tensor's dtype, one accumulator per
 column, as native.py's batch-norm kernels sum: results equal theirs.
 """
 import ctypes
 
 from ngnn.op_graph.normalization import LiveRowsOp
+from ngnn.passes.row_sweeps import row_shape
 
 from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
 from . import native
@@ -27,7 +29,7 @@ from .native_elementwise import PRELUDE
 
 class SweepFunctions:
     """The sweep groups of one computation as C functions: `add(group, comments)` renders
-    one (returns its name and the order of its array parameters), `load()` compiles all."""
+    one, `load()` compiles all."""
 
     def __init__(self):
         self.functions = []
@@ -43,11 +45,12 @@ class SweepFunctions:
 
     def add(self, group, comments):
         """Renders `group` (ops in step order) as `sweep<k>`, whose parameters are the
-        arrays it reads, the group's outputs and the live-row count where there is one;
-        returns the name, the ops it reads and the live-row count's op (or None)."""
+        arrays it reads, the group's outputs and the live-row count where there is one.
+        Returns the name, the ops it reads, the live-row count's op (or None) and the
+        segments: (rows, F) and the positions of the arrays each reads or writes, in
+        that parameter order."""
         name = f"sweep{len(self.functions)}"
         t = ctype(group[0].dtype)
-        rows, width = row_shape_of(group)
         members = set(group)
         inputs = []
         for op in group:
@@ -57,13 +60,31 @@ class SweepFunctions:
         live = next((op.live for op in group if isinstance(op, LiveRowsOp)), None)
         param = {a: f"a{k}" for k, a in enumerate(inputs)}
         param.update({op: f"o{k}" for k, op in enumerate(group)})
-        sweeps = assign_sweeps(group)
+        position = {a: k for k, a in enumerate(inputs + group + ([live] if live is not None else []))}
         lines = [f"/* {c} */" for c in comments]
         lines.append(f"void {name}(" + ", ".join(
             [f"const {t} *{param[a]}" for a in inputs] + [f"{t} *{param[op]}" for op in group] +
             ([f"const {t} *live"] if live is not None else [])) + ") {")
-        lines.append(f"    const long rows = {rows}, F = {width};")
-        if live is not None:
+        segments = []
+        for segment in split_segments(group):
+            rows, width = row_shape(segment[0])
+            lines += self.render_segment(segment, param, t, rows, width, live is not None)
+            used = {position[op] for op in segment}
+            used |= {position[a] for op in segment for a in operands(op) if a in position}
+            if live is not None and any(isinstance(op, LiveRowsOp) for op in segment):
+                used.add(position[live])
+            segments.append(((rows, width), tuple(sorted(used))))
+        lines.append("}")
+        self.functions.append("\n".join(lines) + "\n")
+        self.arity.append(len(inputs) + len(group) + (live is not None))
+        return name, inputs, live, segments
+
+    def render_segment(self, segment, param, t, rows, width, has_live):
+        """The C of one segment, in a block of its own: its live rows, its sums'
+        accumulators, its passes."""
+        sweeps = assign_sweeps(segment)
+        lines = ["    {", f"    const long rows = {rows}, F = {width};"]
+        if has_live:
             lines += ["    double bound = ceil((double)live[0]);",
                       "    long n = bound < 0 ? 0 : bound > rows ? rows : (long)bound;"]
         else:
@@ -71,34 +92,31 @@ class SweepFunctions:
         lines += [f"    const {t} count = ({t})(n > 1 ? n : 1);",
                   "    const double inverse = 1.0 / (double)(n > 1 ? n : 1);",
                   "    (void)count; (void)inverse;"]
-        for k, op in enumerate(group):
+        for k, op in enumerate(segment):
             if isinstance(op, LiveRowsOp) and any(p.sums for p in op.row_phases):
                 for r in sorted({row for p in op.row_phases for row, _ in p.sums}):
                     lines.append(f"    {t} s{k}_{r}[{width}];")
         last = max(end for _, end in sweeps.values())
         for sweep in range(last + 1):
-            lines += self.render_sweep(group, sweep, sweeps, param, t, rows, width)
-        lines.append("}")
-        self.functions.append("\n".join(lines) + "\n")
-        self.arity.append(len(inputs) + len(group) + (live is not None))
-        return name, inputs, live
+            lines += self.render_sweep(segment, sweep, sweeps, param, t, rows, width)
+        return lines + ["    }"]
 
     def render_sweep(self, group, sweep, sweeps, param, t, rows, width):
-        """The C of one pass over the rows: column values, zeroed sums, the live rows, the
-        rows past them, the sums' ends."""
+        """The C of one pass over the rows of a segment (`group`): column values, zeroed
+        sums, the live rows, the rows past them, the sums' ends."""
         active = [(k, op) for k, op in enumerate(group)
                   if sweeps[op][0] <= sweep <= sweeps[op][1]]
         lines = [f"    /* pass {sweep} */"]
         columns, live_body, dead_body, finish = [], [], [], []
         for k, op in active:
             if not isinstance(op, LiveRowsOp):
-                expr = self.element_expr(op, group, sweep, sweeps, param, t)
+                expr = self.element_expr(op, group, sweep, sweeps, param, t, rows, width)
                 for body in (live_body, dead_body):
                     body += [f"            {t} v{k} = {expr};",
                              f"            {param[op]}[i * F + j] = v{k};"]
                 continue
             phase = op.row_phases[sweep - sweeps[op][0]]
-            fields = self.row_fields(op, k, group, sweep, sweeps, param, t)
+            fields = self.row_fields(op, k, group, sweep, sweeps, param, t, rows, width)
             for column, expr in phase.columns:
                 columns.append(f"    {t} c{k}_{column}[{width}];")
                 columns.append(f"    for (long j = 0; j < F; j++) c{k}_{column}[j] = "
@@ -123,39 +141,34 @@ class SweepFunctions:
         return lines + finish
 
     @staticmethod
-    def value(a, group, sweep, sweeps, param):
-        """A (rows, F) value at (i, j): the local of an op made in this pass, else memory."""
+    def value(a, group, sweep, sweeps, param, rows, width):
+        """A value at (i, j) of the segment `group`: the local of an op made in this pass,
+        else memory, broadcast over the axes where `a` has one element."""
         if a in sweeps and sweeps[a][1] == sweep:
             return f"v{group.index(a)}"
-        return f"{param[a]}[i * F + j]"
+        shape = (1,) * (2 - a.ndim) + a.shape
+        index = {(True, True): "i * F + j", (False, True): "j", (True, False): "i",
+                 (False, False): "0"}[(shape[0] == rows and rows != 1,
+                                       shape[1] == width and width != 1)]
+        return f"{param[a]}[{index}]"
 
-    def element_expr(self, op, group, sweep, sweeps, param, t):
-        rows, width = row_shape_of(group)
+    def element_expr(self, op, group, sweep, sweeps, param, t, rows, width):
         fields = attribute_literals(op)
         for field, a in zip(("x", "y"), op.args):
-            if is_scalar(a):
-                fields[field] = literal(a.value, op.dtype)
-            elif a in sweeps:
-                fields[field] = self.value(a, group, sweep, sweeps, param)
-            else:
-                shape = (1,) * (2 - a.ndim) + a.shape
-                index = {(True, True): "i * F + j", (False, True): "j", (True, False): "i",
-                         (False, False): "0"}[(shape[0] == rows and rows != 1,
-                                               shape[1] == width and width != 1)]
-                fields[field] = f"{param[a]}[{index}]"
+            fields[field] = literal(a.value, op.dtype) if is_scalar(a) else \
+                self.value(a, group, sweep, sweeps, param, rows, width)
         return unwrapped(in_precision(op.c.format(out_ctype=t, **fields), op.dtype))
 
-    def row_fields(self, op, k, group, sweep, sweeps, param, t):
-        """The fields of a RowPhase template for `op` (the k-th of the group) in `sweep`."""
-        rows, width = row_shape_of(group)
+    def row_fields(self, op, k, group, sweep, sweeps, param, t, rows, width):
+        """The fields of a RowPhase template for `op` (the k-th of the segment) in `sweep`."""
         fields = {"T": t, "eps": repr(getattr(op, "eps", 0.0)), "count": "count",
                   "inverse": "inverse", "out0": f"s{k}_0[j]", "out1": f"s{k}_1[j]"}
         for name, a in zip(op.row_args, op.args):
             if a.shape == (rows, width):
-                fields[name] = self.value(a, group, sweep, sweeps, param)
+                fields[name] = self.value(a, group, sweep, sweeps, param, rows, width)
             elif a.shape == (2, width):
                 for r in (0, 1):
-                    # A sum the group made is read from its accumulator.
+                    # A sum the segment made is read from its accumulator.
                     fields[f"{name}{r}"] = f"s{group.index(a)}_{r}[j]" if a in sweeps \
                         else f"{param[a]}[{r} * F + j]"
             else:
@@ -173,16 +186,22 @@ def operands(op):
     return op.args[:op.fixed_args] if isinstance(op, LiveRowsOp) else op.args
 
 
-def row_shape_of(group):
-    from ngnn.passes.row_sweeps import row_shape
-    return row_shape(group[0])
+def split_segments(group):
+    """The group's runs of consecutive ops of one (rows, F) shape."""
+    segments = []
+    for op in group:
+        if segments and row_shape(segments[-1][0]) == row_shape(op):
+            segments[-1].append(op)
+        else:
+            segments.append([op])
+    return segments
 
 
-def assign_sweeps(group):
+def assign_sweeps(segment):
     """{op: (first pass, last pass)}: each op starts no earlier than the op before it
     ends (the step order), and after the pass that completes a sum it reads."""
     sweeps, current = {}, 0
-    for op in group:
+    for op in segment:
         start = current
         for a in operands(op):
             if a in sweeps:

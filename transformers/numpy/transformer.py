@@ -18,7 +18,7 @@ from ngnn.op_graph.printer import op_comment
 from ngnn.op_graph import Assign, Constant, Placeholder, Variable
 from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
 from ngnn.passes.buffer_sharing import BufferSharing
-from ngnn.passes.row_sweeps import RowSweeps, row_shape
+from ngnn.passes.row_sweeps import RowSweeps
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
 from . import native
@@ -199,10 +199,12 @@ class ModuleWriter:
         self.elementwise = NativeElementwise() if native_kernels else None
         self.sweeps = SweepFunctions() if native_kernels else None
         self.native_groups = GroupFunctions() if native_kernels else None
-        self.bind_views = set()     # views made once, in bind (native mode: fixed_view)
+        # Views the same at every call, made once in bind (RowSweeps, native mode only).
+        self.bind_views = getattr(computation, "bind_views", set()) if native_kernels else set()
         # op -> its sweep group (RowSweeps), where the group runs as one C function
         self.sweep_of = {op: group for group in getattr(computation, "row_sweeps", [])
                          for op in group} if native_kernels else {}
+        self.sweep_values = {}      # sweep group member -> bind_value(member)
 
     def ref(self, kind, obj):
         """Name of a module-level object the code uses: a graph, the exchange that talks
@@ -229,18 +231,6 @@ class ModuleWriter:
         return isinstance(op, Variable) or op in self.plan.slots or \
             (isinstance(op, Constant) and op.value.ndim > 0)
 
-    def fixed_view(self, op):
-        """Whether `op` is a view of an array made at bind (or of such a view), so the same
-        array at every call. A reshape must view a whole planned buffer or variable
-        (contiguous): of another view it might copy, and the copy would go stale."""
-        if not (op.is_view and self.codegen.is_view_template(op)):
-            return False
-        base = self.plan.into_variable.get(op.args[0], op.args[0])
-        whole = isinstance(base, Variable) or (base in self.plan.slots and not base.is_view)
-        if op.numpy.startswith("{out} = {x}.reshape("):
-            return whole
-        return whole or op.args[0] in self.bind_views or self.bound_at_bind(op.args[0])
-
     def comment(self, op):
         """`  # %8 = divide(%6, %7)`: the op a line computes, as the IR writes it."""
         return "  # " + op_comment(op, self.value_names)
@@ -256,7 +246,10 @@ class ModuleWriter:
             if isinstance(step, FusedGroup):
                 self.emit_group(step)
             elif step in self.sweep_of:
-                if step is self.sweep_of[step][-1]:     # the leaves it reads bound
+                # Each member's array bound at its place (views made at bind may read
+                # it); the group's call at its last member, the leaves it reads bound.
+                self.sweep_values[step] = self.bind_value(step)
+                if step is self.sweep_of[step][-1]:
                     self.emit_sweep(self.sweep_of[step])
             else:
                 self.emit(step)
@@ -322,10 +315,10 @@ class ModuleWriter:
         statements one by one, in a function of bind, where the arrays turn out to overlap."""
         statements, comments = [], []
         for op in group:
-            name, args, comment = self.bind_value(op)
+            name, args, comment = self.sweep_values[op]
             statements += [s + comment for s in self.codegen.generate_op(op, name, args)]
             comments.append(op_comment(op, self.value_names))
-        function, inputs, live = self.sweeps.add(group, comments)
+        function, inputs, live, segments = self.sweeps.add(group, comments)
         first = self.names[group[0]]
         fallback, call = "sweep" + first[1:], "call" + first[1:]
         self.bind_lines += [f"def {fallback}():"] + ["    " + s for s in statements]
@@ -334,7 +327,7 @@ class ModuleWriter:
         self.bind_lines.append(
             f"{call} = N.prepare_sweep({self.ref('native', self.sweeps)}.library.{function}, "
             f"({''.join(a + ', ' for a in arrays)}), ({''.join(o + ', ' for o in outputs)}), "
-            f"{'None' if live is None else self.name_of(live)}, {row_shape(group[0])}, "
+            f"{'None' if live is None else self.name_of(live)}, {tuple(segments)}, "
             f"{fallback})")
         self.body += [f"# {c}" for c in comments]
         self.body.append(f"{call}()  # {', '.join(self.value_names[op] for op in group)} in "
@@ -370,12 +363,11 @@ class ModuleWriter:
                                        f"{self.comment(op)}")
             return
         args = [self.name_of(a) for a in op.args]
-        if self.native_kernels and self.fixed_view(op):
+        if op in self.bind_views:
             # The same view at every call: made once (a view costs NumPy about half a
             # microsecond, and a GIN-0 step has 170 of them).
             self.bind_lines += [s + self.comment(op) for s in
                                 self.codegen.generate_op(op, self.name_of(op), args)]
-            self.bind_views.add(op)
             return
         if isinstance(op, Assign):
             variable, value = args
