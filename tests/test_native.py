@@ -436,3 +436,14 @@ def test_a_fused_group_in_c_over_arrays_it_was_not_rendered_for_runs_python():
     run(np.zeros((3, 4))[:, :2], 0)
     run(np.zeros((3, 2), np.float32), 0)
     assert calls == ["c", "python", "python"]
+
+
+def test_assignments_landing_last_are_copied_in_one_call():
+    """prepare_copies copies every (variable, value) pair, in C where all fit and with
+    np.copyto where one does not (here a float32 value cast into a float64 variable)."""
+    a, b = np.zeros(5), np.zeros((2, 3))
+    native.prepare_copies([(a, np.arange(5.0)), (b, np.ones((2, 3)))])()
+    np.testing.assert_array_equal(a, np.arange(5.0))
+    np.testing.assert_array_equal(b, np.ones((2, 3)))
+    native.prepare_copies([(a, np.full(5, 2, np.float32))])()
+    np.testing.assert_array_equal(a, np.full(5, 2.0))

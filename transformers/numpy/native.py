@@ -151,6 +151,11 @@ GATHER(float, f32, long, i64)
 GATHER(double, f64, long, i64)
 GATHER(float, f32, int, i32)
 GATHER(double, f64, int, i32)
+
+/* A step's assignments landing last, in order: dst[k] gets nbytes[k] bytes of src[k]. */
+void copy_all(long n, void *const *dst, void *const *src, const long *nbytes) {
+    for (long k = 0; k < n; k++) memmove(dst[k], src[k], (size_t)nbytes[k]);
+}
 """
 
 # -ffp-contract=off: a * b + c rounds twice, as NumPy's separate calls do (no FMA), so
@@ -251,6 +256,7 @@ def library():
         for suffix in SUFFIX.values():
             function = getattr(lib, f"{name}_{suffix}")
             function.argtypes, function.restype = params, None
+    lib.copy_all.argtypes, lib.copy_all.restype = [_L, _P, _P, _P], None
     for suffix in SUFFIX.values():
         for index in INDEX_SUFFIX.values():
             function = getattr(lib, f"gather_sum_{suffix}_{index}")
@@ -443,3 +449,27 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
         function(rows, *last["addresses"])
     call.arrays = outputs       # alive as long as their addresses are used
     return call
+
+
+def prepare_copies(pairs):
+    """The assignments (variable, value) that land last in a step, as one function of no
+    arguments: one C call copying the pairs of one dtype and shape, both C-contiguous and
+    bound once, and np.copyto for the others, in order (a copy of the same bytes: the
+    values are NumPy's)."""
+    fits = [v.dtype == x.dtype and v.shape == x.shape and v.flags.c_contiguous and
+            x.flags.c_contiguous for v, x in pairs]
+    if not all(fits):
+        def copies():
+            for variable, value in pairs:
+                np.copyto(variable, value)
+        return copies
+    n = len(pairs)
+    table = np.array([[v.ctypes.data for v, _ in pairs], [x.ctypes.data for _, x in pairs],
+                      [v.nbytes for v, _ in pairs]], dtype=np.int64)
+    arguments = (n, table[0].ctypes.data, table[1].ctypes.data, table[2].ctypes.data)
+    function = library().copy_all
+
+    def copies():
+        function(*arguments)
+    copies.arrays = (pairs, table)     # alive as long as their addresses are used
+    return copies

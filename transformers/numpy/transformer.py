@@ -195,6 +195,7 @@ class ModuleWriter:
         self.value_names = computation.value_names
         self.variables, self.constants, self.graphs = [], [], []
         self.bind_lines, self.body, self.deferred = [], [], []
+        self.native_copies = []     # (variable, value, comment) copied in C, native mode
         self.codegen = NumPyCodeGenerator(self.ref, "N" if native_kernels else "K")
         self.elementwise = NativeElementwise() if native_kernels else None
         self.sweeps = SweepFunctions() if native_kernels else None
@@ -253,6 +254,11 @@ class ModuleWriter:
                     self.emit_sweep(self.sweep_of[step])
             else:
                 self.emit(step)
+        if self.native_copies:
+            self.bind_lines += ["copies = N.prepare_copies(("] + [
+                f"    ({variable}, {value}),{comment}, landing last"
+                for variable, value, comment in self.native_copies] + ["))"]
+            self.deferred.append("copies()  # the step's assignments (`copies` in bind), landing last")
         function = "run"
         params = [self.name_of(p) for p in self.comp.parameters] + ["step"]
         results = [f"np.array({self.name_of(r)})" if is_scalar_constant(r) else
@@ -371,7 +377,11 @@ class ModuleWriter:
             return
         if isinstance(op, Assign):
             variable, value = args
-            if value != variable:          # else computed in place (memory plan)
+            if value != variable and self.native_kernels and \
+                    self.bound_at_bind(op.args[1]):
+                # Landing last, with the others, in one C call (native.prepare_copies).
+                self.native_copies.append((variable, value, self.comment(op)))
+            elif value != variable:          # else computed in place (memory plan)
                 self.deferred.append(f"np.copyto({variable}, {value}){self.comment(op)}, "
                                      "landing last")
             self.names[op] = variable
