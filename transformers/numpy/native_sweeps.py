@@ -60,7 +60,8 @@ class SweepFunctions:
         live = next((op.live for op in group if isinstance(op, LiveRowsOp)), None)
         param = {a: f"a{k}" for k, a in enumerate(inputs)}
         param.update({op: f"o{k}" for k, op in enumerate(group)})
-        position = {a: k for k, a in enumerate(inputs + group + ([live] if live is not None else []))}
+        arrays = inputs + group + ([live] if live is not None else [])
+        position = {a: k for k, a in enumerate(arrays)}
         lines = [f"/* {c} */" for c in comments]
         lines.append(f"void {name}(" + ", ".join(
             [f"const {t} *{param[a]}" for a in inputs] + [f"{t} *{param[op]}" for op in group] +

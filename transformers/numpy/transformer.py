@@ -258,7 +258,8 @@ class ModuleWriter:
             self.bind_lines += ["copies = N.prepare_copies(("] + [
                 f"    ({variable}, {value}),{comment}, landing last"
                 for variable, value, comment in self.native_copies] + ["))"]
-            self.deferred.append("copies()  # the step's assignments (`copies` in bind), landing last")
+            self.deferred.append("copies()  # the step's assignments (`copies` in bind), "
+                                 "landing last")
         function = "run"
         params = [self.name_of(p) for p in self.comp.parameters] + ["step"]
         results = [f"np.array({self.name_of(r)})" if is_scalar_constant(r) else
