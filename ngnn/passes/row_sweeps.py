@@ -25,8 +25,8 @@ element of a (rows, F) value in that order; the writer checks, when it binds the
 buffers, that no other overlap exists within a segment.
 
 The views made once (`computation.bind_views`): a reshape, transpose, slice or broadcast
-of a variable or planned buffer, or of such a view (a reshape only of a whole buffer: of
-another view it could copy), is the same array at every call. The pass sets
+of a variable or planned buffer, or of such a view (a reshape only of a whole buffer or
+of a view known C-contiguous: of another it would copy), is the same array at every call. The pass sets
 `computation.row_sweeps` (a list of op lists) and `bind_views`; it rewrites nothing.
 """
 import re
@@ -84,13 +84,14 @@ def fixed_view(op, plan, views):
     base = plan.into_variable.get(op.args[0], op.args[0])
     whole = isinstance(base, Variable) or (base in plan.slots and not base.is_view)
     if op.numpy.startswith("{out} = {x}.reshape("):
-        return whole
+        return whole or (op.args[0] in views and views[op.args[0]][0])
     return whole or op.args[0] in views or bound(op.args[0], plan)
 
 
 def contiguous_view(op, plan, views):
-    """Whether a view made at bind is C-contiguous: a reshape of a whole buffer, or a
-    slice of a contiguous array taking whole rows after its first sliced axis."""
+    """Whether a view made at bind is C-contiguous: a reshape (of a whole buffer or a
+    contiguous view), or a slice of a contiguous array taking whole rows after its first
+    sliced axis."""
     base = op.args[0]
     base_contiguous = views[base][0] if base in views else \
         bound(base, plan) and not base.is_constant

@@ -453,23 +453,22 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
 
 def prepare_copies(pairs):
     """The assignments (variable, value) that land last in a step, as one function of no
-    arguments: one C call copying the pairs of one dtype and shape, both C-contiguous and
-    bound once, and np.copyto for the others, in order (a copy of the same bytes: the
-    values are NumPy's)."""
+    arguments: one C call copying the pairs of one dtype and shape, both C-contiguous, and
+    np.copyto for the others (a copy of the same bytes: the values are NumPy's). The
+    variables are distinct, so the order of the copies does not matter."""
     fits = [v.dtype == x.dtype and v.shape == x.shape and v.flags.c_contiguous and
             x.flags.c_contiguous for v, x in pairs]
-    if not all(fits):
-        def copies():
-            for variable, value in pairs:
-                np.copyto(variable, value)
-        return copies
-    n = len(pairs)
+    others = [pair for pair, fit in zip(pairs, fits) if not fit]
+    pairs = [pair for pair, fit in zip(pairs, fits) if fit]
     table = np.array([[v.ctypes.data for v, _ in pairs], [x.ctypes.data for _, x in pairs],
-                      [v.nbytes for v, _ in pairs]], dtype=np.int64)
-    arguments = (n, table[0].ctypes.data, table[1].ctypes.data, table[2].ctypes.data)
+                      [v.nbytes for v, _ in pairs]], dtype=np.int64).reshape(3, len(pairs))
+    arguments = (len(pairs), table[0].ctypes.data, table[1].ctypes.data,
+                 table[2].ctypes.data)
     function = library().copy_all
 
     def copies():
         function(*arguments)
+        for variable, value in others:
+            np.copyto(variable, value)
     copies.arrays = (pairs, table)     # alive as long as their addresses are used
     return copies

@@ -311,7 +311,7 @@ class ModuleWriter:
                 f"{self.ref('graph', group.graph)}, {csr!r}, "
                 f"{'src' if csr == 'in' else 'dst'!r}, "
                 f"{tuple(params.index(a) for a in reads)}, {tuple(a.shape for a in reads)}, "
-                f"np.{group.ops[-1].dtype.name}, "
+                f"np.{group.outputs[0].dtype.name}, "
                 f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name})")
             call = native_call + call[len(group.name):]
             outputs += " in one C loop (native_groups.py)"
@@ -379,7 +379,7 @@ class ModuleWriter:
         if isinstance(op, Assign):
             variable, value = args
             if value != variable and self.native_kernels and \
-                    self.bound_at_bind(op.args[1]):
+                    (self.bound_at_bind(op.args[1]) or op.args[1] in self.bind_views):
                 # Landing last, with the others, in one C call (native.prepare_copies).
                 self.native_copies.append((variable, value, self.comment(op)))
             elif value != variable:          # else computed in place (memory plan)
