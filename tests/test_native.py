@@ -447,3 +447,22 @@ def test_assignments_landing_last_are_copied_in_one_call():
     np.testing.assert_array_equal(b, np.ones((2, 3)))
     native.prepare_copies([(a, np.full(5, 2, np.float32))])()
     np.testing.assert_array_equal(a, np.full(5, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["GINConv", "APPNPConv", "GatedGCNConv", "EdgeConv",
+                                  "SGConv"])
+def test_layers_with_sweep_and_c_groups_equal_numpy(dtype, name):
+    """Layers whose steps have sweep groups or fused groups in C (GIN's sum of neighbours,
+    APPNP's propagation chain, gated and edge convolutions' element-wise runs): forward
+    and gradients equal the NumPy transformer's."""
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 30, 120), rng.integers(0, 30, 120)
+    graph = ng.Graph.from_edges(src, dst, num_nodes=30)
+    x = rng.normal(size=(30, 4)).astype(dtype)
+    layer = getattr(nn, name)(4, 3, seed=0, dtype=dtype)
+    expected, _ = layer_forward_and_gradients(layer, graph, x, dtype)
+    got, source = layer_forward_and_gradients(layer, graph, x, dtype, native=True)
+    assert "native_sweeps.py" in source or "native_groups.py" in source
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
