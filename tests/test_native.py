@@ -1,8 +1,10 @@
 """make_transformer("numpy", native=True): the batch-norm kernels and one head's sparse
 products in C (transformers/numpy/native.py) give the NumPy kernels' results (float64 to
 1e-12, float32 to 1e-5; the products to the bit), in GIN-0 training steps with batch norm,
-GCN and GAT forward and gradients; the library is cached by its hash and reused; without
-a C compiler the transformer warns and runs NumPy."""
+GCN and GAT forward and gradients; so do the sweep groups (RowSweeps, native_sweeps.py)
+and the fused groups in C (native_groups.py), with no group falling back to NumPy in a
+GIN-0 step; the library is cached by its hash and reused; without a C compiler the
+transformer warns and runs NumPy."""
 import os
 import warnings
 
