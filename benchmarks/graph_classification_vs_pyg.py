@@ -29,8 +29,8 @@ OMP/OpenBLAS threads 1 for NumPy), alternating ngnn and PyG epochs so machine lo
 both alike; the wall clock and the process's CPU time of each, and both ratios (on a
 shared machine others' load stretches the wall clock). ngnn's part includes cutting and
 loading each batch (GraphLoader), PyG's its DataLoader's collation. `--native` times a
-third side in the same run: ngnn with the NumPy transformer's native (C) batch-norm
-kernels (make_transformer("numpy", native=True), docs/native.md).
+third side in the same run: ngnn with the NumPy transformer's native (C) kernels and
+fused groups (make_transformer("numpy", native=True), docs/native.md).
 """
 import argparse
 import os
@@ -258,7 +258,7 @@ def main(argv=None):
     fast.add_argument("--hidden", type=int, default=64)
     fast.add_argument("--seed", type=int, default=0)
     fast.add_argument("--native", action="store_true",
-                      help="also time ngnn with native=True (C batch-norm kernels)")
+                      help="also time ngnn with native=True (C kernels and fused groups)")
     for command in (acc, fast):
         command.add_argument("--no-batch-norm", dest="batch_norm", action="store_false",
                              help="GIN's MLPs without the paper's batch norm, both sides")

@@ -681,6 +681,9 @@ def make_parser():
                        help="add sums in float32 (faster; results then depend on "
                        "summation order, so K ranks differ from one process in the last "
                        "bits); by default they accumulate in float64")
+    train.add_argument("--native", action="store_true",
+                       help="numpy backend: run batch norm, row-wise chains and sparse "
+                       "products as C compiled on this machine (docs/native.md)")
     minibatch = train.add_argument_group("minibatches (ngnn.sampling)")
     minibatch.add_argument("--batch-size", type=integer(1),
                            help="train from sampled minibatches of this many seeds")

@@ -203,10 +203,10 @@ def load_dataset(args):
 
 
 def run_transformer(args):
-    """The transformer of a node, graph or link run: `args.backend`, with the debug_nans and
-    memory_budget options when given."""
+    """The transformer of a node, graph or link run: `args.backend`, with the debug_nans,
+    memory_budget and native options when given."""
     from ngnn import transformers as ngt
-    options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget")
+    options = {key: getattr(args, key) for key in ("debug_nans", "memory_budget", "native")
                if getattr(args, key, None)}
     # The command line trains reproducibly: sums accumulate in float64, so K ranks give
     # one process's weights bit for bit (docs/distributed.md, "What is exact").

@@ -77,3 +77,23 @@ def test_show_ir_prints_each_pass(capsys):
 def test_bench_reports_time_per_epoch(capsys):
     assert main(["bench", "--model", "gcn", *SBM, "--backend", "numpy", "--epochs", "3"]) == 0
     assert re.search(r"gcn on synthetic-sbm, numpy: [\d.]+ ms/epoch", capsys.readouterr().out)
+
+
+def test_train_native_runs_the_numpy_transformer_with_c_kernels(capsys, monkeypatch):
+    """--native: the run's transformer is make_transformer("numpy", native=True), and its
+    accuracy is the NumPy transformer's."""
+    from ngnn import transformers as ngt
+    made = []
+    make = ngt.make_transformer
+
+    def recording(*args, **options):
+        made.append(options.get("native", False))
+        return make(*args, **options)
+    monkeypatch.setattr(ngt, "make_transformer", recording)
+    lines = {}
+    for flags in ([], ["--native"]):
+        assert main(["train", "--task", "graph", "--model", "gin", "--dataset", "mutag",
+                     "--folds", "2", "--epochs", "2", "--no-progress", *flags]) == 0
+        lines[bool(flags)] = capsys.readouterr().out.strip().splitlines()[-1]
+    assert made == [False, True]
+    assert lines[True] == lines[False]

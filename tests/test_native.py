@@ -1,8 +1,10 @@
 """make_transformer("numpy", native=True): the batch-norm kernels and one head's sparse
 products in C (transformers/numpy/native.py) give the NumPy kernels' results (float64 to
 1e-12, float32 to 1e-5; the products to the bit), in GIN-0 training steps with batch norm,
-GCN and GAT forward and gradients; the library is cached by its hash and reused; without
-a C compiler the transformer warns and runs NumPy."""
+GCN and GAT forward and gradients; so do the sweep groups (RowSweeps, native_sweeps.py)
+and the fused groups in C (native_groups.py), with no group falling back to NumPy in a
+GIN-0 step; the library is cached by its hash and reused; without a C compiler the
+transformer warns and runs NumPy."""
 import os
 import warnings
 
@@ -107,7 +109,7 @@ def test_gin_with_batch_norm_trains_as_with_numpy_kernels(dtype):
     variances with native=True as without."""
     data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
     plain, fast = gin_trainer(data, dtype), gin_trainer(data, dtype, native=True)
-    assert "N.prepare('batch_norm_apply'" in fast.train_step.source
+    assert "N.prepare_sweep(" in fast.train_step.source
     assert "N.gather_sum(" in fast.train_step.source
     assert "N." not in plain.train_step.source
     for epoch in range(2):
@@ -279,7 +281,10 @@ def test_element_wise_ops_in_c_equal_numpy(dtype):
             comp = t.computation(exact + functions, xs)
             results[native_kernels] = comp(x)
             source = comp.source
-    assert source.count("N.prepare_elementwise(") >= len(exact + functions)
+    in_c = source.count("N.prepare_elementwise(") + sum(
+        line.split("#")[1].count("%") for line in source.splitlines()
+        if line.endswith("in one C function (native_sweeps.py)"))
+    assert in_c >= len(exact + functions)
     for k, (got, expected) in enumerate(zip(results[True], results[False])):
         if k < len(exact):
             np.testing.assert_array_equal(got, expected)
@@ -306,3 +311,160 @@ def test_an_element_wise_op_over_overlapping_arrays_keeps_its_numpy_call():
                                           statement)
     assert in_place is not statement
     np.testing.assert_array_equal(in_place(), np.maximum(buffer[:40 * 32], 0.0).reshape(40, 32))
+
+
+def in_c_only(monkeypatch):
+    """Makes the sweep groups' and fused groups' NumPy fallbacks fail the test, so that a
+    computation's results show what the C computed; returns the count of each prepared."""
+    prepared = {"sweeps": 0, "groups": 0}
+    sweep, group = native.prepare_sweep, native.prepare_group
+
+    def fallback_fails(*args):
+        raise AssertionError("a group fell back to NumPy")
+
+    def prepare_sweep(function, inputs, outputs, live, segments, statements):
+        prepared["sweeps"] += 1
+        return sweep(function, inputs, outputs, live, segments, fallback_fails)
+
+    def prepare_group(*args):
+        prepared["groups"] += 1
+        return group(*args[:-1], fallback_fails)
+    monkeypatch.setattr(native, "prepare_sweep", prepare_sweep)
+    monkeypatch.setattr(native, "prepare_group", prepare_group)
+    return prepared
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("live_rows", [5, 23])
+def test_sweep_groups_of_batch_norm_and_element_wise_ops_equal_numpy(dtype, live_rows,
+                                                                     monkeypatch):
+    """A bias add, batch norm's statistics and normalization, ReLU, and their gradients over
+    the live rows of a padded tensor (RowSweeps' groups): the C loops, several passes where
+    a sum is read, give the NumPy transformer's values."""
+    from ngnn.op_graph import BatchNormApply, BatchNormStats
+    rng = np.random.default_rng(1)
+    rows, features = 23, 6
+    x = rng.normal(size=(rows, features)).astype(dtype)
+    mask = (np.arange(rows) < live_rows).astype(dtype).reshape(rows, 1)
+    xs = ng.placeholder(x.shape, dtype=dtype, name="x")
+    ms = ng.placeholder(mask.shape, dtype=dtype, name="mask")
+    bias = ng.variable((features,), dtype=dtype, initial_value=rng.normal(size=features))
+    weight = ng.variable((features,), dtype=dtype, initial_value=rng.uniform(1, 2, features))
+    shift = ng.variable((features,), dtype=dtype, initial_value=rng.normal(size=features))
+    live = ng.sum(ms * 1.0, axis=0)
+    h = xs * 1.5 + bias
+    stats = BatchNormStats(h, live)
+    out = ng.relu(BatchNormApply(h, stats, weight, shift, live))
+    loss = ng.sum(out * out * 0.5)
+    grads = ng.grad(loss, [xs, bias, weight, shift])
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation([out, stats] + grads, xs, ms)
+            results[native_kernels] = comp(x, mask)
+        monkeypatch.undo()
+    assert prepared["sweeps"] >= 2
+    for got, expected in zip(results[True], results[False]):
+        np.testing.assert_allclose(got, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+def test_sweep_groups_passes_follow_the_sums_they_read():
+    """An op reading a sum the group makes starts a pass after it; element-wise ops and
+    normalizations share the pass of the op before them."""
+    from ngnn.op_graph import BatchNormApply, BatchNormStats
+    from ngnn.transformers.numpy.native_sweeps import assign_sweeps
+    h = ng.placeholder((10, 4), dtype=np.float64) + 1.0
+    stats = BatchNormStats(h)
+    normed = BatchNormApply(h, stats, np.ones(4), np.zeros(4))
+    relu = ng.relu(normed)
+    assert assign_sweeps([h, stats, normed, relu]) == {h: (0, 0), stats: (0, 1),
+                                                       normed: (2, 2), relu: (2, 2)}
+
+
+def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
+    """Arrays of one segment that overlap other than element for element (an output over
+    a broadcast input) get the ops one by one; an output over its (rows, F) input runs
+    the C, and so do overlapping arrays of different segments (run one after another)."""
+    buffer = np.zeros(10 * 4 + 4)
+    rows, vector = buffer[:40].reshape(10, 4), buffer[36:]
+    one_segment = (((10, 4), (0, 1)),)
+
+    def statements():
+        pass
+
+    def function(*addresses):
+        pass
+    assert native.prepare_sweep(function, (vector,), (rows,), None, one_segment,
+                                statements) is statements
+    assert native.prepare_sweep(function, (rows,), (rows,), None, one_segment,
+                                statements) is not statements
+    assert native.prepare_sweep(function, (rows[:, :2],), (np.zeros((10, 4)),), None,
+                                one_segment, statements) is statements
+    two_segments = (((1, 4), (0, 1)), ((10, 4), (1, 2)))
+    assert native.prepare_sweep(function, (vector,), (np.zeros(4), rows), None,
+                                two_segments, statements) is not statements
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gin_steps_run_their_groups_in_c(dtype, monkeypatch):
+    """GIN-0 with batch norm: every sweep group and every fused group of its training
+    step runs in C (none falls back), with the NumPy transformer's loss and gradients."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    expected = step_gradients(gin_trainer(data, dtype))
+    prepared = in_c_only(monkeypatch)
+    fast = gin_trainer(data, dtype, native=True)
+    got = step_gradients(fast)
+    assert prepared["sweeps"] >= 6 and prepared["groups"] >= 6
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+def test_a_fused_group_in_c_over_arrays_it_was_not_rendered_for_runs_python():
+    """prepare_group's C reads the CSR at each call; an input of another shape or a
+    non-contiguous one runs the group's Python function."""
+    graph = ng.Graph.from_edges(np.array([0, 1, 2]), np.array([1, 2, 0]), num_nodes=3)
+    calls = []
+
+    def python(*args):
+        calls.append("python")
+
+    def function(*args):
+        calls.append("c")
+    out = np.zeros((3, 2))
+    run = native.prepare_group(function, graph, "in", "src", (0,), ((3, 2),), np.float64,
+                               (out,), python)
+    run(np.zeros((3, 2)), 0)
+    run(np.zeros((3, 4))[:, :2], 0)
+    run(np.zeros((3, 2), np.float32), 0)
+    assert calls == ["c", "python", "python"]
+
+
+def test_assignments_landing_last_are_copied_in_one_call():
+    """prepare_copies copies every (variable, value) pair, in C where all fit and with
+    np.copyto where one does not (here a float32 value cast into a float64 variable)."""
+    a, b = np.zeros(5), np.zeros((2, 3))
+    native.prepare_copies([(a, np.arange(5.0)), (b, np.ones((2, 3)))])()
+    np.testing.assert_array_equal(a, np.arange(5.0))
+    np.testing.assert_array_equal(b, np.ones((2, 3)))
+    native.prepare_copies([(a, np.full(5, 2, np.float32))])()
+    np.testing.assert_array_equal(a, np.full(5, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["GINConv", "APPNPConv", "GatedGCNConv", "EdgeConv",
+                                  "SGConv"])
+def test_layers_with_sweep_and_c_groups_equal_numpy(dtype, name):
+    """Layers whose steps have sweep groups or fused groups in C (GIN's sum of neighbours,
+    APPNP's propagation chain, gated and edge convolutions' element-wise runs): forward
+    and gradients equal the NumPy transformer's."""
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 30, 120), rng.integers(0, 30, 120)
+    graph = ng.Graph.from_edges(src, dst, num_nodes=30)
+    x = rng.normal(size=(30, 4)).astype(dtype)
+    layer = getattr(nn, name)(4, 3, seed=0, dtype=dtype)
+    expected, _ = layer_forward_and_gradients(layer, graph, x, dtype)
+    got, source = layer_forward_and_gradients(layer, graph, x, dtype, native=True)
+    assert "native_sweeps.py" in source or "native_groups.py" in source
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])

@@ -99,6 +99,22 @@ class LiveMask:
         return t if self.live is None else t * self.mask
 
 
+class RowPhase:
+    """One pass over the live rows of a LiveRowsOp, as C templates over one column `j`.
+    Fields: an argument by its `row_args` name, `{x}` its element (i, j) for a (rows, F)
+    tensor, `{stats0}`/`{stats1}` row 0/1 at column j for a (2, F) one, `{weight}` [j] for
+    an (F,) one; `{T}` the C type, `{eps}`, `{count}` (live rows, at least 1, as T),
+    `{inverse}` (1.0 / count in double); `{out0}`/`{out1}` the op's own (2, F) rows made by
+    an earlier phase; `{<name>}` a column value of `columns`.
+      - columns: ((name, expr), ...), computed per column before the rows;
+      - element: the result's element on a live row (rows past them are 0), or None;
+      - sums: ((result row, expr), ...), summed over the live rows in row order in T;
+        `mean`: each sum divided by the count at the end."""
+
+    def __init__(self, columns=(), element=None, sums=(), mean=False):
+        self.columns, self.element, self.sums, self.mean = columns, element, sums, mean
+
+
 class LiveRowsOp(Op):
     """An op over the live rows of its tensors: `fixed_args` tensor arguments, then, when
     given, the live-row count (`live`, None without it). `zero_past_live`: the result's
@@ -106,6 +122,10 @@ class LiveRowsOp(Op):
     fixed_args = None
     zero_past_live = False
     kernel = None       # the NumPy transformer's kernel (transformers/numpy/kernels.py)
+    # How the op runs inside a native row loop (transformers/numpy/native_sweeps.py): its
+    # arguments' field names, then one RowPhase per pass over the rows it needs.
+    row_args = ()
+    row_phases = ()
 
     @property
     def live(self):
@@ -125,6 +145,10 @@ class BatchNormStats(LiveRowsOp):
     over its live rows (0 where there are none)."""
     fixed_args = 1
     kernel = "batch_norm_stats"
+    # Two passes, as the kernels make them: the mean, then the spread around it.
+    row_args = ("x",)
+    row_phases = (RowPhase(sums=((0, "{x}"),), mean=True),
+                  RowPhase(sums=((1, "({x} - {out0}) * ({x} - {out0})"),), mean=True))
 
     def __init__(self, x, live=None, name=None):
         (x,) = as_ops(x)
@@ -154,6 +178,10 @@ class BatchNormStatsGrad(LiveRowsOp):
     fixed_args = 3
     kernel = "batch_norm_stats_grad"
     zero_past_live = True
+    row_args = ("delta", "x", "stats")
+    row_phases = (RowPhase(columns=(("spread", "{delta1} * ({T})(2.0 * {inverse})"),
+                                    ("shift", "{delta0} * ({T}){inverse}")),
+                           element="({x} - {stats0}) * {spread} + {shift}"),)
 
     def __init__(self, delta, x, stats, live=None, name=None):
         delta, x, stats = as_ops(delta, x, stats)
@@ -177,6 +205,9 @@ class BatchNormApply(LiveRowsOp):
     kernel = "batch_norm_apply"
     zero_past_live = True
     attributes = (Attr("eps"),)
+    row_args = ("x", "stats", "weight", "bias")
+    row_phases = (RowPhase(columns=(("scale", "{weight} / ({T})sqrt({stats1} + ({T}){eps})"),),
+                           element="({x} - {stats0}) * {scale} + {bias}"),)
 
     def __init__(self, x, stats, weight, bias, live=None, eps=1e-5, name=None):
         x, stats, weight, bias = as_ops(x, stats, weight, bias)
@@ -218,6 +249,9 @@ class BatchNormApplyGrad(LiveRowsOp):
     kernel = "batch_norm_apply_grad"
     zero_past_live = True
     attributes = (Attr("eps"),)
+    row_args = ("delta", "stats", "weight")
+    row_phases = (RowPhase(columns=(("scale", "{weight} / ({T})sqrt({stats1} + ({T}){eps})"),),
+                           element="{delta} * {scale}"),)
 
     def __init__(self, delta, stats, weight, live=None, eps=1e-5, name=None):
         delta, stats, weight = as_ops(delta, stats, weight)
@@ -240,6 +274,8 @@ class BatchNormApplySums(LiveRowsOp):
     of."""
     fixed_args = 3
     kernel = "batch_norm_apply_sums"
+    row_args = ("delta", "x", "stats")
+    row_phases = (RowPhase(sums=((1, "{delta}"), (0, "{delta} * ({x} - {stats0})"))),)
 
     def __init__(self, delta, x, stats, live=None, name=None):
         delta, x, stats = as_ops(delta, x, stats)

@@ -151,6 +151,11 @@ GATHER(float, f32, long, i64)
 GATHER(double, f64, long, i64)
 GATHER(float, f32, int, i32)
 GATHER(double, f64, int, i32)
+
+/* A step's assignments landing last, in order: dst[k] gets nbytes[k] bytes of src[k]. */
+void copy_all(long n, void *const *dst, void *const *src, const long *nbytes) {
+    for (long k = 0; k < n; k++) memmove(dst[k], src[k], (size_t)nbytes[k]);
+}
 """
 
 # -ffp-contract=off: a * b + c rounds twice, as NumPy's separate calls do (no FMA), so
@@ -251,6 +256,7 @@ def library():
         for suffix in SUFFIX.values():
             function = getattr(lib, f"{name}_{suffix}")
             function.argtypes, function.restype = params, None
+    lib.copy_all.argtypes, lib.copy_all.restype = [_L, _P, _P, _P], None
     for suffix in SUFFIX.values():
         for index in INDEX_SUFFIX.values():
             function = getattr(lib, f"gather_sum_{suffix}_{index}")
@@ -369,3 +375,100 @@ def prepare_elementwise(function, args, out, statement):
         return out
     call.arrays = (args, out)       # alive as long as their addresses are used
     return call
+
+
+def prepare_sweep(function, inputs, outputs, live, segments, statements):
+    """The C function of a sweep group (native_sweeps.py) over `inputs` (read), `outputs`
+    (written) and the live-row count `live` (or None), as a function of no arguments with
+    their addresses taken now. `segments`: each segment's (rows, F) and the positions, in
+    inputs + outputs + [live], of the arrays it reads or writes. Segments run one after
+    another, as the ops one by one would; within one, an output may share memory with
+    another of its arrays only element for element, a whole (rows, F) array: the memory
+    plan makes such sharing only where a value dies as the next is made, which passes in
+    step order keep right; any other overlap could be read after the group wrote it.
+    There, or where an array is not C-contiguous, `statements` (the group's ops one by
+    one) is returned instead."""
+    arrays = list(inputs) + list(outputs) + ([] if live is None else [live])
+    written = set(range(len(inputs), len(inputs) + len(outputs)))
+    if not all(a.flags.c_contiguous for a in arrays):
+        return statements
+    for (rows, width), positions in segments:
+        for k in positions:
+            if k not in written:
+                continue
+            o = arrays[k]
+            for m in positions:
+                a = arrays[m]
+                if m == k or not np.may_share_memory(a, o):
+                    continue
+                exact = a.ctypes.data == o.ctypes.data and a.shape == o.shape and \
+                    a.strides == o.strides and o.size == rows * width
+                if not exact:
+                    return statements
+    addresses = [a.ctypes.data for a in arrays]
+
+    def call():
+        function(*addresses)
+    call.arrays = arrays        # alive as long as their addresses are used
+    return call
+
+
+def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, python):
+    """A fused group's C function (native_groups.py) as a function of the group's Python
+    parameters (its inputs, then `step`): the C reads the inputs at positions `order`
+    (each of shape `shapes[k]` and `dtype`), the graph's `csr` CSR as it is at the call,
+    and writes `outputs` (bound once). Where an array is not C-contiguous or not of the
+    shape or dtype rendered, or the CSR is not of the vertices rendered, the group's
+    Python function `python` runs instead. The arrays' addresses are taken again only
+    when one of them is another array than at the last call (a new batch's CSR, a fed
+    array): taking one costs about a microsecond."""
+    rows = outputs[0].shape[0]
+    if not all(o.flags.c_contiguous and o.dtype == dtype for o in outputs):
+        return python
+    index_dtype = getattr(graph, f"{csr}_indptr").dtype
+    indptr_name, cols_name = f"{csr}_indptr", f"{csr}_{other}"
+    last = {"arrays": (), "addresses": None}
+
+    def fits(indptr, cols, arrays):
+        return len(indptr) == rows + 1 and indptr.dtype == index_dtype and \
+            cols.dtype == index_dtype and cols.flags.c_contiguous and \
+            indptr.flags.c_contiguous and all(
+                a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+                for a, shape in zip(arrays, shapes))
+
+    def call(*args):
+        arrays = (getattr(graph, indptr_name), getattr(graph, cols_name)) + \
+            tuple(args[k] for k in order)
+        known = last["arrays"]
+        if len(known) != len(arrays) or any(a is not b for a, b in zip(arrays, known)):
+            last["arrays"] = arrays     # kept alive while their addresses are used
+            last["addresses"] = [a.ctypes.data for a in arrays + outputs] \
+                if fits(arrays[0], arrays[1], arrays[2:]) else None
+        if last["addresses"] is None:
+            return python(*args)
+        function(rows, *last["addresses"])
+    call.arrays = outputs       # alive as long as their addresses are used
+    return call
+
+
+def prepare_copies(pairs):
+    """The assignments (variable, value) that land last in a step, as one function of no
+    arguments: one C call copying the pairs of one dtype and shape, both C-contiguous, and
+    np.copyto for the others (a copy of the same bytes: the values are NumPy's). The
+    variables are distinct, so the order of the copies does not matter."""
+    fits = [v.dtype == x.dtype and v.shape == x.shape and v.flags.c_contiguous and
+            x.flags.c_contiguous for v, x in pairs]
+    others = [pair for pair, fit in zip(pairs, fits) if not fit]
+    pairs = [pair for pair, fit in zip(pairs, fits) if fit]
+    table = np.array([[v.ctypes.data for v, _ in pairs], [x.ctypes.data for _, x in pairs],
+                      [v.nbytes for v, _ in pairs]], dtype=np.int64).reshape(3, len(pairs))
+    arguments = (len(pairs), table[0].ctypes.data, table[1].ctypes.data,
+                 table[2].ctypes.data)
+    function = library().copy_all
+
+    def copies():
+        function(*arguments)
+        for variable, value in others:
+            np.copyto(variable, value)
+    copies.arrays = (pairs, table)     # alive as long as their addresses are used
+    return copies

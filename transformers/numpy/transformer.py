@@ -18,12 +18,15 @@ from ngnn.op_graph.printer import op_comment
 from ngnn.op_graph import Assign, Constant, Placeholder, Variable
 from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
 from ngnn.passes.buffer_sharing import BufferSharing
+from ngnn.passes.row_sweeps import RowSweeps
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
 from . import native
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
 from .native_elementwise import NativeElementwise
+from .native_groups import GroupFunctions
+from .native_sweeps import SweepFunctions
 
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
@@ -86,8 +89,12 @@ class NumPyTransformer(Transformer):
     def late_passes(self):
         # The fused groups' blocks are planned once, for the code writer and the simulator.
         block_bytes = self.options.get("fusion_block_bytes", DEFAULT_BLOCK_BYTES)
+        # native=True: runs of row-wise ops become one C loop each (native_sweeps.py),
+        # unless the NaN finder is to check every op's output.
+        sweeps = [RowSweeps()] if self.options.get("native", False) and \
+            self.fusion and not self.debug_nans else []
         return self.fusion_passes(vertex_gathers=True) + [BlockPlanning(block_bytes),
-                                                          BufferSharing()]
+                                                          BufferSharing()] + sweeps
 
     def is_view(self, op):
         return op.is_view
@@ -123,6 +130,10 @@ class NumPyTransformer(Transformer):
         source = module.render()
         if module.elementwise is not None and module.elementwise.functions:
             module.elementwise.load()
+        if module.sweeps is not None and module.sweeps.functions:
+            module.sweeps.load()
+        if module.native_groups is not None and module.native_groups.functions:
+            module.native_groups.load()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
         # the computation (or when the transformer closes).
@@ -184,8 +195,17 @@ class ModuleWriter:
         self.value_names = computation.value_names
         self.variables, self.constants, self.graphs = [], [], []
         self.bind_lines, self.body, self.deferred = [], [], []
+        self.native_copies = []     # (variable, value, comment) copied in C, native mode
         self.codegen = NumPyCodeGenerator(self.ref, "N" if native_kernels else "K")
         self.elementwise = NativeElementwise() if native_kernels else None
+        self.sweeps = SweepFunctions() if native_kernels else None
+        self.native_groups = GroupFunctions() if native_kernels else None
+        # Views the same at every call, made once in bind (RowSweeps, native mode only).
+        self.bind_views = getattr(computation, "bind_views", set()) if native_kernels else set()
+        # op -> its sweep group (RowSweeps), where the group runs as one C function
+        self.sweep_of = {op: group for group in getattr(computation, "row_sweeps", [])
+                         for op in group} if native_kernels else {}
+        self.sweep_values = {}      # sweep group member -> bind_value(member)
 
     def ref(self, kind, obj):
         """Name of a module-level object the code uses: a graph, the exchange that talks
@@ -226,8 +246,20 @@ class ModuleWriter:
         for step in self.comp.steps:
             if isinstance(step, FusedGroup):
                 self.emit_group(step)
+            elif step in self.sweep_of:
+                # Each member's array bound at its place (views made at bind may read
+                # it); the group's call at its last member, the leaves it reads bound.
+                self.sweep_values[step] = self.bind_value(step)
+                if step is self.sweep_of[step][-1]:
+                    self.emit_sweep(self.sweep_of[step])
             else:
                 self.emit(step)
+        if self.native_copies:
+            self.bind_lines += ["copies = N.prepare_copies(("] + [
+                f"    ({variable}, {value}),{comment}, landing last"
+                for variable, value, comment in self.native_copies] + ["))"]
+            self.deferred.append("copies()  # the step's assignments (`copies` in bind), "
+                                 "landing last")
         function = "run"
         params = [self.name_of(p) for p in self.comp.parameters] + ["step"]
         results = [f"np.array({self.name_of(r)})" if is_scalar_constant(r) else
@@ -262,7 +294,66 @@ class ModuleWriter:
         self.bind_lines += [""] + function
         outputs = ", ".join(self.value_names[o] for o in group.outputs)
         inputs = ", ".join(self.value_names[i] for i in group.inputs)
+        blocks = self.comp.block_plan.groups[group]
+        if self.native_groups is not None and self.native_groups.accepts(blocks):
+            # The whole group as one C loop over its vertices (native_groups.py), the
+            # Python function kept for arrays it does not fit.
+            skipped = blocks.skipped
+            name, reads = self.native_groups.add(
+                blocks, [op_comment(op, self.value_names) for op in group.ops
+                         if op not in skipped])
+            params = [i for i in group.inputs if not is_scalar_constant(i)]
+            csr = "in" if group.at == "dst" else "out"
+            native_call = "native_" + group.name
+            self.bind_lines.append(
+                f"{native_call} = N.prepare_group("
+                f"{self.ref('native', self.native_groups)}.library.{name}, "
+                f"{self.ref('graph', group.graph)}, {csr!r}, "
+                f"{'src' if csr == 'in' else 'dst'!r}, "
+                f"{tuple(params.index(a) for a in reads)}, {tuple(a.shape for a in reads)}, "
+                f"np.{group.outputs[0].dtype.name}, "
+                f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name})")
+            call = native_call + call[len(group.name):]
+            outputs += " in one C loop (native_groups.py)"
         self.body.append(f"{call}  # {outputs} = {group.name}({inputs})")
+
+    def emit_sweep(self, group):
+        """One C function for a sweep group (native_sweeps.py), prepared in bind; its ops'
+        statements one by one, in a function of bind, where the arrays turn out to overlap."""
+        statements, comments = [], []
+        for op in group:
+            name, args, comment = self.sweep_values[op]
+            statements += [s + comment for s in self.codegen.generate_op(op, name, args)]
+            comments.append(op_comment(op, self.value_names))
+        function, inputs, live, segments = self.sweeps.add(group, comments)
+        first = self.names[group[0]]
+        fallback, call = "sweep" + first[1:], "call" + first[1:]
+        self.bind_lines += [f"def {fallback}():"] + ["    " + s for s in statements]
+        arrays = [self.name_of(a) for a in inputs]
+        outputs = [self.names[op] for op in group]
+        self.bind_lines.append(
+            f"{call} = N.prepare_sweep({self.ref('native', self.sweeps)}.library.{function}, "
+            f"({''.join(a + ', ' for a in arrays)}), ({''.join(o + ', ' for o in outputs)}), "
+            f"{'None' if live is None else self.name_of(live)}, {tuple(segments)}, "
+            f"{fallback})")
+        self.body += [f"# {c}" for c in comments]
+        self.body.append(f"{call}()  # {', '.join(self.value_names[op] for op in group)} in "
+                         "one C function (native_sweeps.py)")
+
+    def bind_value(self, op):
+        """The name of `op`'s array (bound to its planned view, or the variable it is
+        written into), its arguments' names and the comment of its statement."""
+        name = self.name_of(op)
+        args = [self.name_of(a) for a in op.args]
+        note = ""
+        if op in self.plan.into_variable:
+            variable = self.plan.into_variable[op]
+            name = self.names[op] = self.name_of(variable)
+            note = f"  # into {self.value_names[variable]}"
+        if op in self.plan.slots:
+            self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
+                                   f"{op.shape}, np.{op.dtype.name})")
+        return name, args, self.comment(op) + note
 
     def emit(self, op):
         name = self.name_of(op)
@@ -279,22 +370,24 @@ class ModuleWriter:
                                        f"{self.comment(op)}")
             return
         args = [self.name_of(a) for a in op.args]
+        if op in self.bind_views:
+            # The same view at every call: made once (a view costs NumPy about half a
+            # microsecond, and a GIN-0 step has 170 of them).
+            self.bind_lines += [s + self.comment(op) for s in
+                                self.codegen.generate_op(op, self.name_of(op), args)]
+            return
         if isinstance(op, Assign):
             variable, value = args
-            if value != variable:          # else computed in place (memory plan)
+            if value != variable and self.native_kernels and \
+                    (self.bound_at_bind(op.args[1]) or op.args[1] in self.bind_views):
+                # Landing last, with the others, in one C call (native.prepare_copies).
+                self.native_copies.append((variable, value, self.comment(op)))
+            elif value != variable:          # else computed in place (memory plan)
                 self.deferred.append(f"np.copyto({variable}, {value}){self.comment(op)}, "
                                      "landing last")
             self.names[op] = variable
             return
-        note = ""
-        if op in self.plan.into_variable:
-            variable = self.plan.into_variable[op]
-            name = self.names[op] = self.name_of(variable)
-            note = f"  # into {self.value_names[variable]}"
-        if op in self.plan.slots:
-            self.bind_lines.append(f"{name} = K.view(buffers[{self.plan.slots[op]}], "
-                                   f"{op.shape}, np.{op.dtype.name})")
-        comment = self.comment(op) + note
+        name, args, comment = self.bind_value(op)
         statements = self.codegen.generate_op(op, name, args)
         if self.native_kernels and statements[0].startswith("N.") and \
                 all(self.bound_at_bind(a) for a in [*op.args, op]):

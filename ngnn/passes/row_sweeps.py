@@ -1,0 +1,182 @@
+"""RowSweeps: which runs of row-wise ops the NumPy transformer's native mode runs as one C
+loop (make_transformer("numpy", native=True); transformers/numpy/native_sweeps.py).
+
+Between two matrix products a GNN layer's rows go through a chain of small row-wise ops:
+a bias add, batch norm's statistics and its normalization, ReLU; backward, the ReLU mask,
+its product with the gradient, batch norm's gradient terms. Each is one pass over a
+(rows, F) tensor and one call from the generated Python; on a batch of small graphs the
+calls and passes cost more than the arithmetic (docs/native.md). A sweep group runs such a
+chain as passes over the rows that compute every op of the chain per element.
+
+A group is a maximal run of consecutive steps (leaves and views made once, at bind,
+aside), at least two, each either
+  - an element-wise op of at most two axes with a C template (`op.c`) whose arguments
+    are scalar constants, or arrays the generated module binds once, or values made
+    earlier in the group, that broadcast to it in its dtype; or
+  - an op over live rows that says how it runs in a row loop (`row_phases`, batch
+    norm's kernels: ngnn/op_graph/normalization.py), every group member with the same
+    live-row count.
+Consecutive ops of one (rows, F) shape form a segment, run as passes over its rows that
+compute all its ops per element; segments run one after another (the small (F,) ops
+between a layer's batch-norm kernels cost one C call together instead of a NumPy call
+each). The step order is kept, so the memory plan (made on that order) holds for the
+group as it does for the ops one by one, given that a segment reads and writes each
+element of a (rows, F) value in that order; the writer checks, when it binds the
+buffers, that no other overlap exists within a segment.
+
+The views made once (`computation.bind_views`): a reshape, transpose, slice or broadcast
+of a variable or planned buffer, or of such a view (a reshape only of a whole buffer or
+of a view known C-contiguous: of another it would copy), is the same array at every call. The pass sets
+`computation.row_sweeps` (a list of op lists) and `bind_views`; it rewrites nothing.
+"""
+import re
+
+from ..op_graph import Constant, ElementWise, Placeholder, Variable
+from ..op_graph.layout import Slice
+from ..op_graph.normalization import LiveRowsOp
+from .base import GraphPass
+from .fusion import FusedGroup
+
+FLOATS = ("float32", "float64")
+# C functions whose results are exactly rounded, as NumPy's are: a group keeps the NumPy
+# transformer's values (exp, log, pow, tanh may differ from NumPy's in the last bit, and
+# an Adam step's bias correction, a float32 power, turns that into 1e-9 in the weights).
+EXACT_FUNCTIONS = {"sqrt", "fabs", "fmax", "fmin"}
+
+
+class RowSweeps(GraphPass):
+    def do_pass(self, computation):
+        plan = computation.memory_plan
+        views = {}          # view made at bind -> (whether C-contiguous, the op it views)
+        groups, run = [], []
+
+        def close():
+            if len(run) >= 2:
+                groups.append(list(run))
+            run.clear()
+
+        for step in computation.steps:
+            if isinstance(step, (Constant, Placeholder, Variable)):
+                continue        # leaves run nothing: bound once, or fed
+            if isinstance(step, FusedGroup):
+                close()
+                continue
+            if fixed_view(step, plan, views):
+                base = step.args[0]
+                views[step] = (contiguous_view(step, plan, views),
+                               views[base][1] if base in views else base)
+                continue
+            if row_shape(step) is not None and joins(step, run, plan, views):
+                run.append(step)
+                continue
+            close()
+            if row_shape(step) is not None and joins(step, run, plan, views):
+                run.append(step)
+        close()
+        computation.row_sweeps = groups
+        computation.bind_views = set(views)
+
+
+def fixed_view(op, plan, views):
+    """Whether `op` is a view of an array made at bind, the same array at every call."""
+    if not op.is_view or op.numpy is None or not op.numpy.startswith("{out} = "):
+        return False
+    base = plan.into_variable.get(op.args[0], op.args[0])
+    whole = isinstance(base, Variable) or (base in plan.slots and not base.is_view)
+    if op.numpy.startswith("{out} = {x}.reshape("):
+        return whole or (op.args[0] in views and views[op.args[0]][0])
+    return whole or op.args[0] in views or bound(op.args[0], plan)
+
+
+def contiguous_view(op, plan, views):
+    """Whether a view made at bind is C-contiguous: a reshape (of a whole buffer or a
+    contiguous view), or a slice of a contiguous array taking whole rows after its first
+    sliced axis."""
+    base = op.args[0]
+    base_contiguous = views[base][0] if base in views else \
+        bound(base, plan) and not base.is_constant
+    if op.numpy.startswith("{out} = {x}.reshape("):
+        return True
+    if not isinstance(op, Slice) or not base_contiguous:
+        return False
+    sliced = False
+    for k, dim in zip(op.key, base.shape):
+        if isinstance(k, slice):
+            full = range(dim)[k] == range(dim)
+            if (sliced and not full) or (k.step not in (None, 1)):
+                return False
+            sliced = True
+        elif sliced:
+            return False
+    return True
+
+
+def row_shape(op):
+    """The (rows, F) an op runs over in a sweep, or None where it cannot join one."""
+    if isinstance(op, LiveRowsOp) and op.row_phases:
+        rows = op.args[op.row_args.index("x" if "x" in op.row_args else "delta")]
+        # Two rows would read as batch norm's (2, F) statistics.
+        return rows.shape if rows.ndim == 2 and rows.shape[0] != 2 else None
+    if isinstance(op, ElementWise) and op.c is not None and not op.is_view and \
+            op.ndim <= 2 and set(re.findall(r"\b(\w+)\(", op.c)) <= EXACT_FUNCTIONS:
+        return (1,) * (2 - op.ndim) + op.shape
+    return None
+
+
+def bound(op, plan):
+    """Whether the generated module makes `op`'s array when it binds its buffers."""
+    op = plan.into_variable.get(op, op)
+    return isinstance(op, Variable) or op in plan.slots or \
+        (isinstance(op, Constant) and op.value.ndim > 0)
+
+
+def segment_of(op, run):
+    """The ops of `run` in the segment `op` would join: the trailing ops of its shape."""
+    segment = []
+    for member in reversed(run):
+        if row_shape(member) != row_shape(op):
+            break
+        segment.append(member)
+    return set(segment)
+
+
+def joins(op, run, plan, views):
+    """Whether `op` can run in the sweep group `run` (its ops before it)."""
+    if op.dtype.name not in FLOATS or not bound(op, plan) or \
+            (run and op.dtype != run[0].dtype):      # one C type a group
+        return False
+    rows, features = row_shape(op)
+    made, segment = set(run), segment_of(op, run)
+
+    def readable(a):
+        """Complete in memory when `op` runs, C-contiguous: bound at bind, made by an
+        earlier segment of the group, or a contiguous view of either (a view of a value
+        of op's own segment would read elements its passes have not made yet)."""
+        if a in views:
+            contiguous, base = views[a]
+            return contiguous and base not in segment
+        return bound(a, plan) or (a in made and a not in segment)
+
+    if isinstance(op, LiveRowsOp):
+        live = op.live
+        lives = {r.live for r in run if isinstance(r, LiveRowsOp)}
+        if lives and lives != {live}:
+            return False
+        if live is not None and (live.dtype != op.dtype or live.size < 1 or
+                                 not bound(live, plan) or live in made):
+            return False
+        shapes = {(rows, features), (2, features), (features,)}
+        return all(a.dtype == op.dtype and a.shape in shapes and (a in segment or readable(a))
+                   for a in op.args[:op.fixed_args])
+    for a in op.args:
+        if a.is_constant and a.value.ndim == 0:
+            continue
+        if a.dtype != op.dtype:
+            return False
+        if a in segment:
+            if a.shape != op.shape:
+                return False
+        elif not (readable(a) and a.ndim <= op.ndim and
+                  all(d in (1, o) for d, o in zip(a.shape[::-1], op.shape[::-1]))):
+            return False
+    return True

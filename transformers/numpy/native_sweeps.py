@@ -1,0 +1,214 @@
+"""Sweep groups as C functions (make_transformer("numpy", native=True)).
+
+The RowSweeps pass (ngnn/passes/row_sweeps.py) groups runs of row-wise ops (element-wise
+ops, batch norm's kernels) in segments of one (rows, F) shape; here each group becomes
+one C function that runs its segments one after another, each as few passes over its rows
+as its ops' dependencies allow:
+  - an element-wise op's element is its `c` template (the GPU transformer's, with its
+    literals and precision rule, as native_elementwise renders it), a batch-norm op's its
+    `row_phases` (ngnn/op_graph/normalization.py): per-column values, an element, column
+    sums; so the C is rendered from the ops' own snippets, nothing here knows a layer;
+  - an op starts in the pass of the latest op before it (the step order, which the memory
+    plan assumes, is kept), or in the next pass when it reads a sum the group makes (a
+    sum is whole only when its pass ends);
+  - in a pass, each element of every op is computed in step order: a value made in the same
+    pass is read from a local variable, any other from memory (broadcast as NumPy
+    broadcasts it); every value is stored, as the memory plan expects.
+Sums run over the live rows in row order in the tensor's dtype, one accumulator per
+column, as native.py's batch-norm kernels sum: results equal theirs.
+"""
+import ctypes
+
+from ngnn.op_graph.normalization import LiveRowsOp
+from ngnn.passes.row_sweeps import row_shape
+
+from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
+from . import native
+from .native_elementwise import PRELUDE
+
+
+class SweepFunctions:
+    """The sweep groups of one computation as C functions: `add(group, comments)` renders
+    one, `load()` compiles all."""
+
+    def __init__(self):
+        self.functions = []
+        self.arity = []
+        self.library = None
+
+    def load(self):
+        self.library = ctypes.CDLL(native.build(PRELUDE + "\n" + "\n".join(self.functions),
+                                                "sweeps"))
+        for k, arity in enumerate(self.arity):
+            function = getattr(self.library, f"sweep{k}")
+            function.argtypes, function.restype = [ctypes.c_void_p] * arity, None
+
+    def add(self, group, comments):
+        """Renders `group` (ops in step order) as `sweep<k>`, whose parameters are the
+        arrays it reads, the group's outputs and the live-row count where there is one.
+        Returns the name, the ops it reads, the live-row count's op (or None) and the
+        segments: (rows, F) and the positions of the arrays each reads or writes, in
+        that parameter order."""
+        name = f"sweep{len(self.functions)}"
+        t = ctype(group[0].dtype)
+        members = set(group)
+        inputs = []
+        for op in group:
+            for a in operands(op):
+                if a not in members and a not in inputs and not is_scalar(a):
+                    inputs.append(a)
+        live = next((op.live for op in group if isinstance(op, LiveRowsOp)), None)
+        param = {a: f"a{k}" for k, a in enumerate(inputs)}
+        param.update({op: f"o{k}" for k, op in enumerate(group)})
+        arrays = inputs + group + ([live] if live is not None else [])
+        position = {a: k for k, a in enumerate(arrays)}
+        lines = [f"/* {c} */" for c in comments]
+        lines.append(f"void {name}(" + ", ".join(
+            [f"const {t} *{param[a]}" for a in inputs] + [f"{t} *{param[op]}" for op in group] +
+            ([f"const {t} *live"] if live is not None else [])) + ") {")
+        segments = []
+        for segment in split_segments(group):
+            rows, width = row_shape(segment[0])
+            lines += self.render_segment(segment, param, t, rows, width, live is not None)
+            used = {position[op] for op in segment}
+            used |= {position[a] for op in segment for a in operands(op) if a in position}
+            if live is not None and any(isinstance(op, LiveRowsOp) for op in segment):
+                used.add(position[live])
+            segments.append(((rows, width), tuple(sorted(used))))
+        lines.append("}")
+        self.functions.append("\n".join(lines) + "\n")
+        self.arity.append(len(inputs) + len(group) + (live is not None))
+        return name, inputs, live, segments
+
+    def render_segment(self, segment, param, t, rows, width, has_live):
+        """The C of one segment, in a block of its own: its live rows, its sums'
+        accumulators, its passes."""
+        sweeps = assign_sweeps(segment)
+        lines = ["    {", f"    const long rows = {rows}, F = {width};"]
+        if has_live:
+            lines += ["    double bound = ceil((double)live[0]);",
+                      "    long n = bound < 0 ? 0 : bound > rows ? rows : (long)bound;"]
+        else:
+            lines.append("    long n = rows;")
+        lines += [f"    const {t} count = ({t})(n > 1 ? n : 1);",
+                  "    const double inverse = 1.0 / (double)(n > 1 ? n : 1);",
+                  "    (void)count; (void)inverse;"]
+        for k, op in enumerate(segment):
+            if isinstance(op, LiveRowsOp) and any(p.sums for p in op.row_phases):
+                for r in sorted({row for p in op.row_phases for row, _ in p.sums}):
+                    lines.append(f"    {t} s{k}_{r}[{width}];")
+        last = max(end for _, end in sweeps.values())
+        for sweep in range(last + 1):
+            lines += self.render_sweep(segment, sweep, sweeps, param, t, rows, width)
+        return lines + ["    }"]
+
+    def render_sweep(self, group, sweep, sweeps, param, t, rows, width):
+        """The C of one pass over the rows of a segment (`group`): column values, zeroed
+        sums, the live rows, the rows past them, the sums' ends."""
+        active = [(k, op) for k, op in enumerate(group)
+                  if sweeps[op][0] <= sweep <= sweeps[op][1]]
+        lines = [f"    /* pass {sweep} */"]
+        columns, live_body, dead_body, finish = [], [], [], []
+        for k, op in active:
+            if not isinstance(op, LiveRowsOp):
+                expr = self.element_expr(op, group, sweep, sweeps, param, t, rows, width)
+                for body in (live_body, dead_body):
+                    body += [f"            {t} v{k} = {expr};",
+                             f"            {param[op]}[i * F + j] = v{k};"]
+                continue
+            phase = op.row_phases[sweep - sweeps[op][0]]
+            fields = self.row_fields(op, k, group, sweep, sweeps, param, t, rows, width)
+            for column, expr in phase.columns:
+                columns.append(f"    {t} c{k}_{column}[{width}];")
+                columns.append(f"    for (long j = 0; j < F; j++) c{k}_{column}[j] = "
+                               f"{expr.format(**fields)};")
+            if phase.element is not None:
+                live_body += [f"            {t} v{k} = {phase.element.format(**fields)};",
+                              f"            {param[op]}[i * F + j] = v{k};"]
+                dead_body += [f"            {t} v{k} = 0;",
+                              f"            {param[op]}[i * F + j] = v{k};"]
+            for row, expr in phase.sums:
+                columns.append(f"    for (long j = 0; j < F; j++) s{k}_{row}[j] = 0;")
+                live_body.append(f"            s{k}_{row}[j] += {expr.format(**fields)};")
+                divide = " / count" if phase.mean else ""
+                finish.append(f"    for (long j = 0; j < F; j++) {{ s{k}_{row}[j] = "
+                              f"s{k}_{row}[j]{divide}; {param[op]}[{row} * F + j] = "
+                              f"s{k}_{row}[j]; }}")
+        lines += columns
+        for first, last, body in (("0", "n", live_body), ("n", "rows", dead_body)):
+            if body:
+                lines += [f"    for (long i = {first}; i < {last}; i++)",
+                          "        for (long j = 0; j < F; j++) {"] + body + ["        }"]
+        return lines + finish
+
+    @staticmethod
+    def value(a, group, sweep, sweeps, param, rows, width):
+        """A value at (i, j) of the segment `group`: the local of an op made in this pass,
+        else memory, broadcast over the axes where `a` has one element."""
+        if a in sweeps and sweeps[a][1] == sweep:
+            return f"v{group.index(a)}"
+        shape = (1,) * (2 - a.ndim) + a.shape
+        index = {(True, True): "i * F + j", (False, True): "j", (True, False): "i",
+                 (False, False): "0"}[(shape[0] == rows and rows != 1,
+                                       shape[1] == width and width != 1)]
+        return f"{param[a]}[{index}]"
+
+    def element_expr(self, op, group, sweep, sweeps, param, t, rows, width):
+        fields = attribute_literals(op)
+        for field, a in zip(("x", "y"), op.args):
+            fields[field] = literal(a.value, op.dtype) if is_scalar(a) else \
+                self.value(a, group, sweep, sweeps, param, rows, width)
+        return unwrapped(in_precision(op.c.format(out_ctype=t, **fields), op.dtype))
+
+    def row_fields(self, op, k, group, sweep, sweeps, param, t, rows, width):
+        """The fields of a RowPhase template for `op` (the k-th of the segment) in `sweep`."""
+        fields = {"T": t, "eps": repr(getattr(op, "eps", 0.0)), "count": "count",
+                  "inverse": "inverse", "out0": f"s{k}_0[j]", "out1": f"s{k}_1[j]"}
+        for name, a in zip(op.row_args, op.args):
+            if a.shape == (rows, width):
+                fields[name] = self.value(a, group, sweep, sweeps, param, rows, width)
+            elif a.shape == (2, width):
+                for r in (0, 1):
+                    # A sum the segment made is read from its accumulator.
+                    fields[f"{name}{r}"] = f"s{group.index(a)}_{r}[j]" if a in sweeps \
+                        else f"{param[a]}[{r} * F + j]"
+            else:
+                fields[name] = f"{param[a]}[j]"
+        fields.update({c: f"c{k}_{c}[j]" for p in op.row_phases for c, _ in p.columns})
+        return fields
+
+
+def is_scalar(op):
+    return op.is_constant and op.value.ndim == 0
+
+
+def operands(op):
+    """The arguments a group member reads (a batch-norm op's live count aside)."""
+    return op.args[:op.fixed_args] if isinstance(op, LiveRowsOp) else op.args
+
+
+def split_segments(group):
+    """The group's runs of consecutive ops of one (rows, F) shape."""
+    segments = []
+    for op in group:
+        if segments and row_shape(segments[-1][0]) == row_shape(op):
+            segments[-1].append(op)
+        else:
+            segments.append([op])
+    return segments
+
+
+def assign_sweeps(segment):
+    """{op: (first pass, last pass)}: each op starts no earlier than the op before it
+    ends (the step order), and after the pass that completes a sum it reads."""
+    sweeps, current = {}, 0
+    for op in segment:
+        start = current
+        for a in operands(op):
+            if a in sweeps:
+                made_by_sums = isinstance(a, LiveRowsOp) and a.row_phases[-1].element is None
+                start = max(start, sweeps[a][1] + made_by_sums)
+        phases = len(op.row_phases) if isinstance(op, LiveRowsOp) else 1
+        sweeps[op] = (start, start + phases - 1)
+        current = sweeps[op][1]
+    return sweeps
