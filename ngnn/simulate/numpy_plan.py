@@ -202,6 +202,15 @@ class Block:
             return reads + keep + scale
         if self.plan.is_view(op):
             return Cost(calls=blocks)
+        if op in self.group_plan.row_sums and "row_sums" in device.curves:
+            # K.row_sums: the product's rows summed by BLAS, a product with ones (a
+            # profile from before its curve prices the sum as declared)
+            product = op.args[0]
+            elements = self.rows(product) * row_elements(product)
+            width = row_elements(product) // max(row_elements(op), 1)
+            seconds = elements * along_rows(device, width, elements / blocks, "row_sums")
+            return reads + Cost(seconds, elements, nbytes(product) + nbytes(op),
+                                calls=blocks)
         cost = work(op, device, None, per_call=self.rows(op) / blocks)
         cost.calls = blocks
         return reads + cost
