@@ -440,6 +440,26 @@ def test_a_fused_group_in_c_over_arrays_it_was_not_rendered_for_runs_python():
     assert calls == ["c", "python", "python"]
 
 
+def test_fused_groups_read_the_csr_of_each_load_of_a_slot():
+    """The groups over a slot take its CSR's addresses once per load, all of them from
+    the arrays loaded last (a stale address would read a freed array)."""
+    from ngnn.sampling.slot import GraphSlot
+    slot = GraphSlot(4, 3)
+    seen = []
+
+    def function(rows, indptr, cols, *arrays):
+        seen.append((indptr, cols))
+    out = np.zeros((4, 2))
+    runs = [native.prepare_group(function, slot, "in", "src", (0,), ((4, 2),), np.float64,
+                                 (out,), None) for _ in range(2)]
+    for src, dst in (([0, 1], [1, 2]), ([2, 0, 1], [0, 1, 2])):
+        slot.load(ng.Graph.from_edges(np.array(src), np.array(dst), num_nodes=3))
+        for run in runs:
+            run(np.zeros((4, 2)), 0)
+        current = (slot.in_indptr.ctypes.data, slot.in_src.ctypes.data)
+        assert seen[-2:] == [current, current]
+
+
 def test_assignments_landing_last_are_copied_in_one_call():
     """prepare_copies copies every (variable, value) pair, in C where all fit and with
     np.copyto where one does not (here a float32 value cast into a float64 variable)."""

@@ -21,7 +21,6 @@ import numbers
 import numpy as np
 
 from ngnn.batch import ReadoutGraph, readout_graph
-from ngnn.datasets.graph_dataset import _ranges
 from ngnn.graph import Graph
 
 from .slot import GraphSlot
@@ -118,7 +117,9 @@ class GraphLoader:
         self.labels = np.zeros(b + 1, dtype=np.int64)
         self.mask = np.zeros(b + 1, dtype=np.bool_)
         self.filled = 0
-        self._orders = None if self_loops else _dataset_orders(dataset)
+        self._cut = None if self_loops else _DatasetCut(dataset)
+        # 0, 1, 2, ...: the ids a batch's vertices, edges and graphs count up from.
+        self._counting = np.arange(max(rows, self.max_edges), dtype=np.int64)
 
     def order(self, epoch, indices=None):
         """The graph ids of `epoch` in the order they are batched: of `indices` (a subset
@@ -166,7 +167,7 @@ class GraphLoader:
 
     def load(self, ids):
         ids = np.asarray(ids, dtype=np.int64)
-        if self._orders is None:
+        if self._cut is None:
             batch, features = self.dataset.batch(ids)
             self.slot.load(batch, self.self_loops)
             n = batch.num_nodes
@@ -177,40 +178,49 @@ class GraphLoader:
     def _load_cut(self, ids):
         """Loads the batch `ids` into the slot as `BatchSlot.load(dataset.batch(ids))`
         does, edge for edge and in the same CSR orders, but cut out of the whole
-        dataset's orders (`_dataset_orders`) instead of building, checking and sorting
-        the batch's graph and its readout block again: that was most of a step's host
-        time. Returns (vertices, their feature rows)."""
-        data = self.dataset
-        in_eids, out_eids = self._orders
-        nodes, edges = _ranges(data.node_offsets, ids), _ranges(data.edge_offsets, ids)
-        sizes, counts = data.graph_sizes[ids], data.edge_counts[ids]
-        node_offsets, edge_offsets = np.zeros(ids.size + 1, np.int64), \
-            np.zeros(ids.size + 1, np.int64)
-        np.cumsum(sizes, out=node_offsets[1:])
-        np.cumsum(counts, out=edge_offsets[1:])
-        n = int(node_offsets[-1])
+        dataset's (`_DatasetCut`) instead of building, checking and sorting the batch's
+        graph and its readout block again: that was most of a step's host time. Returns
+        (vertices, their feature rows)."""
+        cut = self._cut
+        # Per graph, [vertex, vertex, edge, edge] offsets: the dataset's minus the batch's,
+        # what renumbers each of the table's columns from the dataset to the batch.
+        amounts = cut.amounts[ids]
+        ends = np.cumsum(amounts, axis=0)
+        back = cut.offsets[ids] - ends + amounts
+        n, e = (int(ends[-1, 0]), int(ends[-1, 2])) if ids.size else (0, 0)
         # A graph's edges end in its own vertices, so its edges hold one run of each
-        # dataset-wide CSR order: the run, renumbered to the batch's edge ids.
-        node_shift = np.repeat(node_offsets[:-1], counts)
-        edge_shift = np.repeat(edge_offsets[:-1] - data.edge_offsets[ids], counts)
+        # dataset-wide CSR order: the run, renumbered to the batch's vertex and edge ids.
+        edge_back = np.repeat(back, amounts[:, 2], axis=0)
+        # np.take: several times as fast as indexing with an array, for the same rows.
+        edges = np.take(cut.table, self._counting[:e] + edge_back[:, 3], axis=0)
+        edges -= edge_back
         slot = self.slot
-        slot.graph.load_grouped(data.src[edges] + node_shift, data.dst[edges] + node_shift,
-                                n, n, in_eids[edges] + edge_shift,
-                                out_eids[edges] + edge_shift)
+        slot.graph.load_grouped(edges[:, 0], edges[:, 1], n, n, edges[:, 2], edges[:, 3])
         # The readout block (batch.readout_graph): edge i goes vertex i -> its graph, in
         # both CSR orders already.
-        graph_ids = np.repeat(np.arange(ids.size, dtype=np.int64), sizes)
-        slot.readout_graph.load_grouped(np.arange(n, dtype=np.int64), graph_ids,
-                                        max(n, ids.size), ids.size, None, None)
+        graph_ids = np.repeat(self._counting[:ids.size], amounts[:, 0])
+        slot.readout_graph.load_grouped(self._counting[:n], graph_ids, max(n, ids.size),
+                                        ids.size, None, None)
         slot.loaded = ids.size
-        return n, data.features[nodes]
+        nodes = self._counting[:n] + np.repeat(back[:, 0], amounts[:, 0])
+        return n, np.take(self.dataset.features, nodes, axis=0)
 
 
-def _dataset_orders(dataset):
-    """(in_eids, out_eids): the dataset's edges (all graphs, edge ids as in dataset.src)
-    grouped by destination and by source vertex, stably, vertices numbered across the
-    dataset as GraphDataset.batch numbers them within a batch."""
-    shift = np.repeat(dataset.node_offsets[:-1], dataset.edge_counts)
-    everything = Graph(dataset.src + shift, dataset.dst + shift,
-                       int(dataset.node_offsets[-1]))
-    return everything.in_eids, everything.out_eids
+class _DatasetCut:
+    """What GraphLoader cuts a batch out of, once per dataset: `table`, one row per edge
+    (edge ids as in dataset.src): [source, destination] vertices numbered across the
+    dataset as GraphDataset.batch numbers them within a batch, then the edge ids grouped
+    by destination and by source vertex, stably (the whole dataset's CSR orders); per
+    graph, `offsets` and `amounts`, its first and its count of [vertex, vertex, edge,
+    edge], the units of the table's columns."""
+
+    def __init__(self, dataset):
+        shift = np.repeat(dataset.node_offsets[:-1], dataset.edge_counts)
+        src, dst = dataset.src + shift, dataset.dst + shift
+        everything = Graph(src, dst, int(dataset.node_offsets[-1]))
+        self.table = np.stack([src, dst, everything.in_eids, everything.out_eids],
+                              axis=1).astype(np.int64)
+        nodes, edges = dataset.node_offsets[:-1], dataset.edge_offsets[:-1]
+        self.offsets = np.stack([nodes, nodes, edges, edges], axis=1).astype(np.int64)
+        sizes, counts = dataset.graph_sizes, dataset.edge_counts
+        self.amounts = np.stack([sizes, sizes, counts, counts], axis=1).astype(np.int64)

@@ -116,17 +116,22 @@ class GraphSlot(Graph):
         edges = src.shape[0]
         # Padding edges come ordered by destination; by source only when each padding row
         # has one at most.
-        pad_out = np.arange(edges, self.num_edges) if spare <= self.num_nodes - num_nodes \
+        padding_in_source_order = spare <= self.num_nodes - num_nodes
+        pad_out = np.arange(edges, self.num_edges) if padding_in_source_order \
             else edges + np.argsort(pad_src, kind="stable")
         src, dst = np.concatenate([src, pad_src]), np.concatenate([dst, pad_dst])
         order = np.arange(self.num_edges)
+        # Edges in CSR order already: the sources (destinations) in that order are the
+        # edges', the same array.
+        in_src = src if in_eids is None else None
+        out_dst = dst if out_eids is None and padding_in_source_order else None
         in_eids = order if in_eids is None else np.concatenate([in_eids, order[edges:]])
         out_eids = order[:edges] if out_eids is None else out_eids
         out_eids = np.concatenate([out_eids, pad_out])
         version, rows, dst_rows = self.version + 1, self.num_nodes, self.num_dst
         self.__dict__.clear()         # as in _fill: no cache of the old edges survives
         self._set_edges(src, dst, rows, dst_rows, _groups(dst, in_eids, rows),
-                        _groups(src, out_eids, rows))
+                        _groups(src, out_eids, rows), in_src, out_dst)
         self.version = version
         self.loaded = (num_nodes, num_dst, edges)
 

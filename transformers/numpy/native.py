@@ -419,36 +419,48 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
     (each of shape `shapes[k]` and `dtype`), the graph's `csr` CSR as it is at the call,
     and writes `outputs` (bound once). Where an array is not C-contiguous or not of the
     shape or dtype rendered, or the CSR is not of the vertices rendered, the group's
-    Python function `python` runs instead. The arrays' addresses are taken again only
-    when one of them is another array than at the last call (a new batch's CSR, a fed
-    array): taking one costs about a microsecond."""
+    Python function `python` runs instead. Addresses are taken again only for an array
+    that is another than at the last call (a fed array; a new batch's CSR, whose
+    addresses every group over that graph then shares: `csr_addresses`): taking one
+    costs about a microsecond, and a step runs a dozen groups over each batch."""
     rows = outputs[0].shape[0]
     if not all(o.flags.c_contiguous and o.dtype == dtype for o in outputs):
         return python
     index_dtype = getattr(graph, f"{csr}_indptr").dtype
-    indptr_name, cols_name = f"{csr}_indptr", f"{csr}_{other}"
-    last = {"arrays": (), "addresses": None}
-
-    def fits(indptr, cols, arrays):
-        return len(indptr) == rows + 1 and indptr.dtype == index_dtype and \
-            cols.dtype == index_dtype and cols.flags.c_contiguous and \
-            indptr.flags.c_contiguous and all(
-                a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
-                for a, shape in zip(arrays, shapes))
+    output_addresses = tuple(o.ctypes.data for o in outputs)
+    last = {"inputs": None, "addresses": None}
 
     def call(*args):
-        arrays = (getattr(graph, indptr_name), getattr(graph, cols_name)) + \
-            tuple(args[k] for k in order)
-        known = last["arrays"]
-        if len(known) != len(arrays) or any(a is not b for a, b in zip(arrays, known)):
-            last["arrays"] = arrays     # kept alive while their addresses are used
-            last["addresses"] = [a.ctypes.data for a in arrays + outputs] \
-                if fits(arrays[0], arrays[1], arrays[2:]) else None
-        if last["addresses"] is None:
+        graph_addresses = csr_addresses(graph, csr, other, rows, index_dtype)
+        inputs = tuple(args[k] for k in order)
+        known = last["inputs"]
+        if known is None or any(a is not b for a, b in zip(inputs, known)):
+            last["inputs"] = inputs     # kept alive while their addresses are used
+            last["addresses"] = tuple(a.ctypes.data for a in inputs) + output_addresses \
+                if all(a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+                       for a, shape in zip(inputs, shapes)) else None
+        if graph_addresses is None or last["addresses"] is None:
             return python(*args)
-        function(rows, *last["addresses"])
+        function(rows, *graph_addresses, *last["addresses"])
     call.arrays = outputs       # alive as long as their addresses are used
     return call
+
+
+def csr_addresses(graph, csr, other, rows, index_dtype):
+    """The addresses of `graph`'s `csr` CSR arrays (indptr and `other`'s column), or None
+    where they are not C-contiguous arrays of `index_dtype` over `rows` vertices: kept
+    on the graph with the arrays they were taken of, so the groups of a step over one
+    batch take them once (a slot's load replaces the arrays)."""
+    indptr, cols = getattr(graph, f"{csr}_indptr"), getattr(graph, f"{csr}_{other}")
+    kept = graph.__dict__.setdefault("_native_csr_addresses", {})
+    entry = kept.get((csr, other))
+    if entry is None or entry[0] is not indptr or entry[1] is not cols:
+        fits = len(indptr) == rows + 1 and indptr.dtype == index_dtype and \
+            cols.dtype == index_dtype and cols.flags.c_contiguous and \
+            indptr.flags.c_contiguous
+        entry = kept[csr, other] = (indptr, cols, (indptr.ctypes.data, cols.ctypes.data)
+                             if fits else None)
+    return entry[2]
 
 
 def prepare_copies(pairs):
