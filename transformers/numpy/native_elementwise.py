@@ -32,6 +32,26 @@ static inline float UINT_AS_FLOAT(unsigned int bits) {
 """
 
 
+class CFunctions:
+    """C functions `<prefix><k>` of one computation, rendered one by one into `functions`
+    (with the number of array pointers each takes, `arity`, after `leading` arguments)
+    and compiled together into one library by `load()`."""
+    prefix, leading = "", ()
+
+    def __init__(self):
+        self.functions = []
+        self.arity = []
+        self.library = None
+
+    def load(self):
+        self.library = ctypes.CDLL(native.build(PRELUDE + "\n" + "\n".join(self.functions),
+                                                self.prefix + "s"))
+        for k, arity in enumerate(self.arity):
+            function = getattr(self.library, f"{self.prefix}{k}")
+            function.argtypes = list(self.leading) + [ctypes.c_void_p] * arity
+            function.restype = None
+
+
 class NativeElementwise:
     """The element-wise ops of one computation that run in C: `accepts(op)`, then
     `add(op, args)` for each (its C function's name), `source()` the C text of all."""

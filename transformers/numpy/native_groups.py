@@ -25,27 +25,15 @@ from ngnn.op_graph import ElementWise
 
 from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
 from . import native
-from .native_elementwise import PRELUDE
+from .native_elementwise import CFunctions
 
 INDEX_TYPES = {np.dtype(np.int64): "long", np.dtype(np.int32): "int"}
 
 
-class GroupFunctions:
+class GroupFunctions(CFunctions):
     """The fused groups of one computation that run as C: `accepts(blocks, names)`, then
     `add(blocks, ...)` for each, `load()` to compile them all."""
-
-    def __init__(self):
-        self.functions = []
-        self.arity = []
-        self.library = None
-
-    def load(self):
-        self.library = ctypes.CDLL(native.build(PRELUDE + "\n" + "\n".join(self.functions),
-                                                "groups"))
-        for k, arity in enumerate(self.arity):
-            function = getattr(self.library, f"group{k}")
-            function.argtypes = [ctypes.c_long] + [ctypes.c_void_p] * arity
-            function.restype = None
+    prefix, leading = "group", (ctypes.c_long,)
 
     @staticmethod
     def accepts(blocks):

@@ -17,31 +17,18 @@ as its ops' dependencies allow:
 Sums run over the live rows in row order in the tensor's dtype, one accumulator per
 column, as native.py's batch-norm kernels sum: results equal theirs.
 """
-import ctypes
 
 from ngnn.op_graph.normalization import LiveRowsOp
 from ngnn.passes.row_sweeps import row_shape
 
 from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
-from . import native
-from .native_elementwise import PRELUDE
+from .native_elementwise import CFunctions
 
 
-class SweepFunctions:
+class SweepFunctions(CFunctions):
     """The sweep groups of one computation as C functions: `add(group, comments)` renders
     one, `load()` compiles all."""
-
-    def __init__(self):
-        self.functions = []
-        self.arity = []
-        self.library = None
-
-    def load(self):
-        self.library = ctypes.CDLL(native.build(PRELUDE + "\n" + "\n".join(self.functions),
-                                                "sweeps"))
-        for k, arity in enumerate(self.arity):
-            function = getattr(self.library, f"sweep{k}")
-            function.argtypes, function.restype = [ctypes.c_void_p] * arity, None
+    prefix = "sweep"
 
     def add(self, group, comments):
         """Renders `group` (ops in step order) as `sweep<k>`, whose parameters are the
