@@ -49,8 +49,9 @@ class GraphTrainer:
         self.place([self.loss] + state)
         updates = self.optimizer.updates(self.loss, reduce=self.gradient_reduction()) + state
         seed_dropout([self.loss] + updates, seed)
+        # The step returns its loss alone: the updates land, no copy of them comes back.
         self.train_step = self.transformer.computation(
-            [self.step_loss(self.loss)] + updates, self.x, self.y, self.mask,
+            [self.step_loss(self.loss)], self.x, self.y, self.mask, updates=updates,
             name="graph_train_step")
         evaluation = model(slot.graph, self.x, slot, training=False)
         self.place([evaluation])

@@ -83,7 +83,7 @@ class LinkTrainer:
             logits, ng.constant(labels, dtype=logits.dtype))
         updates = self.optimizer.updates(self.loss)
         seed_dropout([self.loss] + updates, seed)
-        self.train_step = self.transformer.computation([self.loss] + updates, self.x,
+        self.train_step = self.transformer.computation([self.loss], self.x, updates=updates,
                                                        name="link_train_step")
         z = model.embed(split.graph, self.x, training=False)
         self.eval_pairs = {name: pairs_graph(getattr(split, name + "_pos"),

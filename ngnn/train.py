@@ -159,7 +159,8 @@ class Trainer:
             self.place([self.loss])
             updates = self.optimizer.updates(self.loss, reduce=self.gradient_reduction())
             self.train_step = self.transformer.computation(
-                [self.loss] + updates, self.x, self.y, self.train_mask, name="train_step")
+                [self.loss], self.x, self.y, self.train_mask, updates=updates,
+                name="train_step")
         if eval_fanouts is None:
             self.logits = model(self.graph, self.x, training=False)
             self.place([self.logits])

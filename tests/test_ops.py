@@ -6,6 +6,7 @@ import pytest
 import scipy.special
 
 import ngnn as ng
+from ngnn import transformers as ngt
 from helpers import run
 
 rng = np.random.default_rng(1234)
@@ -347,6 +348,25 @@ def test_assign_returns_and_stores_the_new_value(transformer_factory):
     assert_close(first, np.arange(6).reshape(2, 3) * 2 + a)
     assert_close(t.computation(v)(), first)
     assert_close(step(a), first * 2 + a)
+
+
+def test_updates_land_and_return_nothing(transformer_factory):
+    t = transformer_factory()
+    v = ng.variable((2, 3), initial_value=np.arange(6).reshape(2, 3), name="v")
+    x = ng.placeholder((2, 3), name="x")
+    total = ng.sum(v * x)
+    step = t.computation(total, x, updates=[ng.assign(v, v * 2.0 + x)])
+    a = rand(2, 3)
+    assert_close(step(a), np.sum(np.arange(6).reshape(2, 3) * a))    # the old v
+    assert_close(t.computation(v)(), np.arange(6).reshape(2, 3) * 2 + a)
+    listed = t.computation([total], x, updates=[ng.assign(v, v + 1.0)])(a)
+    assert isinstance(listed, tuple) and len(listed) == 1
+
+
+def test_updates_must_be_assignments():
+    x = ng.placeholder((2,), name="x")
+    with pytest.raises(TypeError, match="updates must be ng.assign ops"):
+        ngt.make_transformer("numpy").computation(x, x, updates=[x * 2.0])
 
 
 def test_assign_broadcasts_and_casts(transformer_factory):

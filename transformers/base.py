@@ -144,10 +144,18 @@ def _contiguous_strides(shape, itemsize):
 
 
 class Computation:
-    def __init__(self, transformer, results, parameters, name=None):
+    def __init__(self, transformer, results, parameters, name=None, updates=()):
         self.transformer = transformer
         self.single = isinstance(results, Op)
         results = [results] if self.single else list(results)
+        updates = list(updates)
+        for u in updates:
+            if not isinstance(u, Assign):
+                raise TypeError(f"computation: updates must be ng.assign ops, got {u!r}")
+        # Updates run like assignments among the results but return nothing: a training
+        # step asks for its loss and no copy of every weight it writes.
+        self.returned = len(results)
+        results += updates
         for r in results:
             if not isinstance(r, Op):
                 raise TypeError(f"computation: results must be ngnn ops, got {r!r}")
@@ -176,7 +184,13 @@ class Computation:
 
     @property
     def results(self):
+        """Every op the computation runs for: the returned results, then the updates."""
         return [r.forwarded for r in self._results]
+
+    @property
+    def returned_results(self):
+        """The results a call returns (not the updates)."""
+        return self.results[:self.returned]
 
     # ---- transformation ------------------------------------------------------------------
     def plan(self):
@@ -370,6 +384,7 @@ class Computation:
             after = self.transformer.transferred()
             self.transfer_bytes = {key: after[key] - before[key] for key in after}
         self.calls += 1
+        outputs = outputs[:self.returned]    # a chunked program's include the updates
         return outputs[0] if self.single else tuple(outputs)
 
     def _check_arguments(self, args):
@@ -562,10 +577,12 @@ class Transformer:
             return []
         return [Fusion(recompute=self.recompute, max_recompute=self.max_recompute, **options)]
 
-    def computation(self, results, *parameters, name=None):
+    def computation(self, results, *parameters, name=None, updates=()):
+        """Runs `results` (an op or a list) on the placeholders `parameters`, and the
+        assignments `updates` with them, returning only the results' values."""
         if self.closed:
             raise RuntimeError("the transformer is closed")
-        comp = self.computation_class(self, results, parameters, name=name)
+        comp = self.computation_class(self, results, parameters, name=name, updates=updates)
         # Under a memory budget every computation holds device memory only while it runs.
         comp.transient = self.memory_budget is not None or self.chunks is not None
         self.computations.append(comp)

@@ -113,8 +113,8 @@ class DistributedGraphTrainer:
         # weight gradients when they are float64 too (PackCollectives): no exchange of its
         # own.
         self.train_step = self.transformer.computation(
-            [AllReduce(ng.cast(self.loss, np.float64), self.exchange)] + updates, self.x, self.y,
-            name="distributed_graph_step")
+            [AllReduce(ng.cast(self.loss, np.float64), self.exchange)], self.x, self.y,
+            updates=updates, name="distributed_graph_step")
         evaluation = model(graph, self.x, rank_batch, training=False)
         insert_communication([evaluation], rank_batch.graph)
         self.evaluation = self.transformer.computation(evaluation, self.x,

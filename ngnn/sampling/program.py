@@ -112,8 +112,8 @@ class MinibatchProgram:
                                          self.mask)
             updates = optimizer.updates(self.loss)
             seed_dropout([self.loss] + updates, seed)
-            self.train_step = transformer.computation([self.loss] + updates, self.x, self.y,
-                                                      self.mask, name="minibatch_step")
+            self.train_step = transformer.computation([self.loss], self.x, self.y, self.mask,
+                                                      updates=updates, name="minibatch_step")
         else:
             self.evaluate = transformer.computation(model(self.slots, self.x, training=False),
                                                     self.x, name="minibatch_evaluate")

@@ -707,7 +707,7 @@ class GPUTransformer(Transformer):
             self, kernels, launches,
             [placeholders[p] if p.is_sparse else placeholders[p].storage
              for p in computation.parameters],
-            [tensor_of(r) for r in computation.results],
+            [tensor_of(r) for r in computation.returned_results],
             [(tensor_of(a.args[1]), self.variable_tensor(a.args[0])) for a in assigns
              if plan.base(a.args[1]) not in memory.into_variable],
             label_checks, [] if now else transient, groups)
