@@ -128,12 +128,9 @@ class NumPyTransformer(Transformer):
         native_kernels = self.options.get("native", False) and native.usable()
         module = ModuleWriter(computation, self.debug_nans, native_kernels)
         source = module.render()
-        if module.elementwise is not None and module.elementwise.functions:
-            module.elementwise.load()
-        if module.sweeps is not None and module.sweeps.functions:
-            module.sweeps.load()
-        if module.native_groups is not None and module.native_groups.functions:
-            module.native_groups.load()
+        for library in (module.elementwise, module.sweeps, module.native_groups):
+            if library is not None and library.functions:
+                library.load()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
         # Registered so tracebacks through generated code show its lines, and dropped with
         # the computation (or when the transformer closes).
