@@ -86,9 +86,11 @@ def step_gradients(trainer):
     included) on its first batch, in its padded slot."""
     params = trainer.model.parameters()
     comp = trainer.transformer.computation([trainer.loss] + ng.grad(trainer.loss, params),
-                                           trainer.x, trainer.y, trainer.mask)
+                                           trainer.x, trainer.y, trainer.mask,
+                                           *trainer.live)
     next(iter(trainer.loader.batches(0, np.arange(12))))
-    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask)
+    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask,
+                *trainer.live_rows())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
