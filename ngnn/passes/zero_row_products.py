@@ -53,6 +53,9 @@ class ZeroRowProducts(GraphPass):
     def do_pass(self, computation):
         zero = {}
         self.fed = computation.parameters
+        # What the NumPy transformer's native groups read (native_groups.py): each op
+        # found 0 past a count, with the op whose value that count is.
+        computation.zero_rows = {}
         for op in ordered_ops(computation.results):
             live = self.zero_past(op, zero)
             if type(op) is Dot:
@@ -61,6 +64,8 @@ class ZeroRowProducts(GraphPass):
                 self.replace_column_sum(op, zero)
             if live is not None:
                 zero[op] = zero[op.forwarded] = live
+                computation.zero_rows[op] = computation.zero_rows[op.forwarded] = \
+                    self.count(live)
 
     @staticmethod
     def rows(x, like):
