@@ -156,15 +156,15 @@ def test_a_count_derived_from_a_callers_mask_enables_no_skip():
     with ngt.make_transformer("numpy") as t, \
             ngt.make_transformer("numpy", optimize=False) as plain:
         comp = t.computation(slot_layer(loader, x, counted), x, mask)
-        got = comp(features, own_mask)[0]
+        got = comp(features, own_mask)
         expected = plain.computation(slot_layer(loader, x, counted), x, mask)(
-            features, own_mask)[0]
+            features, own_mask)
         declared = t.computation(slot_layer(loader, x, ng.cast(slot.live, np.float64)),
                                  x, slot.live)
         declared(features, loader.live)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     assert "zero_row_dot" not in comp.source
     assert "zero_row_dot" in declared.source
-    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_declared_features_skip_only_where_the_count_is_fed():
@@ -181,6 +181,39 @@ def test_declared_features_skip_only_where_the_count_is_fed():
     with ngt.make_transformer("numpy") as t:
         unfed = t.computation(product, x)
         fed = t.computation(product, x, slot.live)
-        np.testing.assert_allclose(unfed(features)[0], fed(features, loader.live)[0],
+        np.testing.assert_allclose(unfed(features), fed(features, loader.live),
                                    rtol=1e-12, atol=1e-12)
     assert "zero_row_dot" not in unfed.source and "zero_row_dot" in fed.source
+
+
+def test_native_groups_stop_at_the_live_count_and_write_zeros(monkeypatch):
+    """`x + sum of neighbours` over the slot, as the C group that stops at the fed count
+    (its NumPy fallback would fail the test): after a large batch and then a small one
+    (whose padding rows the large one filled), the rows below the count equal NumPy's and
+    the rows past it are exactly 0."""
+    from ngnn.transformers.numpy import native
+    prepare_group = native.prepare_group
+
+    def fallback_fails(*args):
+        raise AssertionError("the group fell back to NumPy")
+
+    def in_c_only(*args, live=False):
+        return prepare_group(*args[:-1], fallback_fails, live=live)
+    monkeypatch.setattr(native, "prepare_group", in_c_only)
+    data = synthetic()
+    loader = GraphLoader(data, batch_size=6, shuffle=False, slack=None)
+    slot = loader.slot
+    x = slot.node_features(3, np.float64)
+    total = x + ng.aggregate(ng.gather(x, slot.graph), slot.graph)
+    with ngt.make_transformer("numpy", native=True) as fast, \
+            ngt.make_transformer("numpy") as t:
+        native_step = fast.computation(ng.relu(total), x, slot.live)
+        numpy_step = t.computation(ng.relu(total), x, slot.live)
+        for ids in (np.arange(6), np.array([3])):
+            loader.load(ids)
+            features = loader.features.astype(np.float64)
+            got = native_step(features, loader.live)
+            n = loader.live[0]
+            np.testing.assert_array_equal(got[:n], numpy_step(features, loader.live)[:n])
+            assert got[:n].any() and not got[n:].any()
+    assert "live=True" in native_step.source
