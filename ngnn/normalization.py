@@ -9,13 +9,15 @@ must not count. They come last: a slot declares its live rows (BatchSlot.live, f
 loaded batch's vertex count with every batch), so the statistics are taken over the
 leading rows that many, and the padding rows of y are 0. The count is the slot's declared
 one, not one derived from its graph mask: ngnn.passes.ZeroRowProducts reads the same
-value as the rows past which the slot's features and aggregations are 0. The work is two ops of ngnn/op_graph/normalization.py
-(BatchNormStats and BatchNormApply) with closed-form gradients: a few passes over the
-real rows each way, not the fifteen of an element-wise composition; nn.BatchNorm keeps the
-running statistics that evaluation uses. A whole batch (ng.Graph.batch, or a rank's part of
-one or of a loader's slot over ngnn.distributed) runs the ops' decompositions with its
-readouts as the column sums (of the loaded graphs only, by the slot's graph_mask), so that
-chunked and distributed runs reduce them over row blocks and ranks.
+value as the rows past which the slot's features and aggregations are 0.
+
+The work is two ops of ngnn/op_graph/normalization.py (BatchNormStats and BatchNormApply)
+with closed-form gradients: a few passes over the real rows each way, not the fifteen of an
+element-wise composition; nn.BatchNorm keeps the running statistics that evaluation uses. A
+whole batch (ng.Graph.batch, or a rank's part of one or of a loader's slot over
+ngnn.distributed) runs the ops' decompositions with its readouts as the column sums (of the
+loaded graphs only, by the slot's graph_mask), so that chunked and distributed runs reduce
+them over row blocks and ranks.
 """
 import numpy as np
 

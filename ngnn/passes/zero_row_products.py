@@ -28,10 +28,11 @@ so `x + sum of neighbours` of the first layer and of every later one (whose h ba
 zeroed) is 0 past the count, and so is the gradient the backward sends through the
 aggregation. Both facts are the slot's, so they hold for its declared count only: the
 count must be that very op (after batch norm's cast), never one derived from a fed graph
-mask, and the features' declaration counts only where the computation is fed the count. The value is the one the
-whole product gives, whatever the other operand holds in those rows (0 times a finite
-value), so nothing but the time (and the order of a float sum's terms) changes, and a
-computation compiled once serves every batch size.
+mask, and the features' declaration counts only where the computation is fed the count.
+
+The value is the one the whole product gives, whatever the other operand holds in those
+rows (0 times a finite value), so nothing but the time (and the order of a float sum's
+terms) changes, and a computation compiled once serves every batch size.
 
 The analysis runs forward over the ops: `zero[op]` is the op holding the live count past
 which op's rows are 0, or absent. Run by the NumPy transformer, whose kernels slice
