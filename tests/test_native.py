@@ -86,9 +86,11 @@ def step_gradients(trainer):
     included) on its first batch, in its padded slot."""
     params = trainer.model.parameters()
     comp = trainer.transformer.computation([trainer.loss] + ng.grad(trainer.loss, params),
-                                           trainer.x, trainer.y, trainer.mask)
+                                           trainer.x, trainer.y, trainer.mask,
+                                           *trainer.live)
     next(iter(trainer.loader.batches(0, np.arange(12))))
-    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask)
+    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask,
+                *trainer.live_rows())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -315,8 +317,9 @@ def test_an_element_wise_op_over_overlapping_arrays_keeps_its_numpy_call():
 
 def in_c_only(monkeypatch):
     """Makes the sweep groups' and fused groups' NumPy fallbacks fail the test, so that a
-    computation's results show what the C computed; returns the count of each prepared."""
-    prepared = {"sweeps": 0, "groups": 0}
+    computation's results show what the C computed; returns the count of each prepared
+    (and of the groups that stop at a slot's live count)."""
+    prepared = {"sweeps": 0, "groups": 0, "live groups": 0}
     sweep, group = native.prepare_sweep, native.prepare_group
 
     def fallback_fails(*args):
@@ -326,9 +329,10 @@ def in_c_only(monkeypatch):
         prepared["sweeps"] += 1
         return sweep(function, inputs, outputs, live, segments, fallback_fails)
 
-    def prepare_group(*args):
+    def prepare_group(*args, live=False):
         prepared["groups"] += 1
-        return group(*args[:-1], fallback_fails)
+        prepared["live groups"] += live
+        return group(*args[:-1], fallback_fails, live=live)
     monkeypatch.setattr(native, "prepare_sweep", prepare_sweep)
     monkeypatch.setattr(native, "prepare_group", prepare_group)
     return prepared
@@ -409,13 +413,16 @@ def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gin_steps_run_their_groups_in_c(dtype, monkeypatch):
     """GIN-0 with batch norm: every sweep group and every fused group of its training
-    step runs in C (none falls back), with the NumPy transformer's loss and gradients."""
+    step runs in C (none falls back), with the NumPy transformer's loss and gradients;
+    the aggregations over the slot's graph (x + sum of neighbours forward, its adjoint
+    backward) stop at the slot's live count."""
     data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
     expected = step_gradients(gin_trainer(data, dtype))
     prepared = in_c_only(monkeypatch)
     fast = gin_trainer(data, dtype, native=True)
     got = step_gradients(fast)
     assert prepared["sweeps"] >= 6 and prepared["groups"] >= 6
+    assert prepared["live groups"] >= 3, prepared      # two forward, one backward
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 

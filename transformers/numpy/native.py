@@ -413,7 +413,8 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements):
     return call
 
 
-def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, python):
+def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, python,
+                  live=False):
     """A fused group's C function (native_groups.py) as a function of the group's Python
     parameters (its inputs, then `step`): the C reads the inputs at positions `order`
     (each of shape `shapes[k]` and `dtype`), the graph's `csr` CSR as it is at the call,
@@ -422,7 +423,10 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
     Python function `python` runs instead. Addresses are taken again only for an array
     that is another than at the last call (a fed array; a new batch's CSR, whose
     addresses every group over that graph then shares: `csr_addresses`): taking one
-    costs about a microsecond, and a step runs a dozen groups over each batch."""
+    costs about a microsecond, and a step runs a dozen groups over each batch. With
+    `live`, the call takes one more argument, a fed (1,) int64 count that the C reads
+    after the CSR (it computes the rows below it: native_groups.py) and the Python
+    function does not take."""
     rows = outputs[0].shape[0]
     if not all(o.flags.c_contiguous and o.dtype == dtype for o in outputs):
         return python
@@ -431,6 +435,12 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
     last = {"inputs": None, "addresses": None}
 
     def call(*args):
+        count = ()
+        if live:
+            args, fed = args[:-1], args[-1]
+            if not (fed.dtype == np.int64 and fed.shape == (1,) and fed.flags.c_contiguous):
+                return python(*args)
+            count = (fed.ctypes.data,)
         graph_addresses = csr_addresses(graph, csr, other, rows, index_dtype)
         inputs = tuple(args[k] for k in order)
         known = last["inputs"]
@@ -441,7 +451,7 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
                        for a, shape in zip(inputs, shapes)) else None
         if graph_addresses is None or last["addresses"] is None:
             return python(*args)
-        function(rows, *graph_addresses, *last["addresses"])
+        function(rows, *graph_addresses, *count, *last["addresses"])
     call.arrays = outputs       # alive as long as their addresses are used
     return call
 

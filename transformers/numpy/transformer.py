@@ -296,9 +296,10 @@ class ModuleWriter:
             # The whole group as one C loop over its vertices (native_groups.py), the
             # Python function kept for arrays it does not fit.
             skipped = blocks.skipped
+            live = self.native_groups.live_count(blocks, getattr(self.comp, "zero_rows", {}))
             name, reads = self.native_groups.add(
                 blocks, [op_comment(op, self.value_names) for op in group.ops
-                         if op not in skipped])
+                         if op not in skipped], live)
             params = [i for i in group.inputs if not is_scalar_constant(i)]
             csr = "in" if group.at == "dst" else "out"
             native_call = "native_" + group.name
@@ -309,8 +310,11 @@ class ModuleWriter:
                 f"{'src' if csr == 'in' else 'dst'!r}, "
                 f"{tuple(params.index(a) for a in reads)}, {tuple(a.shape for a in reads)}, "
                 f"np.{group.outputs[0].dtype.name}, "
-                f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name})")
+                f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name}"
+                f"{', live=True' if live is not None else ''})")
             call = native_call + call[len(group.name):]
+            if live is not None:        # the fed count, after the group's own arguments
+                call = f"{call[:-1]}, {self.name_of(live)})"
             outputs += " in one C loop (native_groups.py)"
         self.body.append(f"{call}  # {outputs} = {group.name}({inputs})")
 
