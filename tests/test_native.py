@@ -488,3 +488,35 @@ def test_layers_with_sweep_and_c_groups_equal_numpy(dtype, name):
     assert "native_sweeps.py" in source or "native_groups.py" in source
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(23, 6), (7,), (40, 25)])
+@pytest.mark.parametrize("rate", [0.0, 0.5, 0.9])
+def test_dropout_in_a_sweep_group_equals_numpy_to_the_bit(dtype, shape, rate, monkeypatch):
+    """A dropout and its gradient between element-wise ops run in the group's C: Philox's
+    words of (seed, call number, position), NaN and signs kept as NumPy's arithmetic keeps
+    them, equal to K.dropout bit for bit at every call."""
+    from ngnn.op_graph import Dropout
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=shape).astype(dtype)
+    xs = ng.placeholder(shape, dtype=dtype, name="x")
+    scale = ng.constant(np.where(np.arange(shape[-1]) == 1, np.nan, 1.5), dtype=dtype)
+    bias = ng.variable(shape[-1:], dtype=dtype, initial_value=rng.normal(size=shape[-1]))
+    h = xs * scale                   # reads the placeholder: stays NumPy; NaN column 1
+    dropped = Dropout(h + bias, rate, seed=2 ** 63 + 5) * 2.0
+    grads = ng.grad(ng.sum(dropped * dropped), [bias])
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation([dropped] + grads, xs)
+            results[native_kernels] = [[r.copy() for r in comp(x)] for _ in range(3)]
+            source = comp.source
+        monkeypatch.undo()
+    assert prepared["sweeps"] >= 1
+    assert "K.dropout(" not in source.split("def run", 1)[-1]
+    for calls_got, calls_expected in zip(results[True], results[False]):
+        for got, expected in zip(calls_got, calls_expected):
+            assert got.tobytes() == expected.tobytes()
+    assert results[False][0][0].tobytes() != results[False][1][0].tobytes() or rate == 0

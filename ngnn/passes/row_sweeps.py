@@ -34,6 +34,7 @@ import re
 from ..op_graph import Constant, ElementWise, Placeholder, Variable
 from ..op_graph.layout import Slice
 from ..op_graph.normalization import LiveRowsOp
+from ..op_graph.training_ops import Dropout
 from .base import GraphPass
 from .fusion import FusedGroup
 
@@ -42,6 +43,10 @@ FLOATS = ("float32", "float64")
 # transformer's values (exp, log, pow, tanh may differ from NumPy's in the last bit, and
 # an Adam step's bias correction, a float32 power, turns that into 1e-9 in the weights).
 EXACT_FUNCTIONS = {"sqrt", "fabs", "fmax", "fmin"}
+# A dropout joins a group up to this many elements: its C draws each element's Philox word
+# alone (eight positions share a counter, computed again for each), which beats NumPy's
+# call and cached mask only on small tensors (a batch's class scores and their gradients).
+MAX_DROPOUT_ELEMENTS = 1024
 
 
 class RowSweeps(GraphPass):
@@ -117,6 +122,11 @@ def row_shape(op):
         rows = op.args[op.row_args.index("x" if "x" in op.row_args else "delta")]
         # Two rows would read as batch norm's (2, F) statistics.
         return rows.shape if rows.ndim == 2 and rows.shape[0] != 2 else None
+    if isinstance(op, Dropout):
+        # Its mask is Philox's of (seed, call number, row-major position): the C computes
+        # the same words (native_sweeps.py), keyed rows (`rows=`) aside.
+        return (1,) * (2 - op.ndim) + op.shape if op.rows is None and op.ndim <= 2 and \
+            op.size <= MAX_DROPOUT_ELEMENTS else None
     if isinstance(op, ElementWise) and op.c is not None and not op.is_view and \
             op.ndim <= 2 and set(re.findall(r"\b(\w+)\(", op.c)) <= EXACT_FUNCTIONS:
         return (1,) * (2 - op.ndim) + op.shape

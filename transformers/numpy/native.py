@@ -407,8 +407,8 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements):
                     return statements
     addresses = [a.ctypes.data for a in arrays]
 
-    def call():
-        function(*addresses)
+    def call(*step):            # a group with a dropout is called with the call number
+        function(*step, *addresses)
     call.arrays = arrays        # alive as long as their addresses are used
     return call
 

@@ -16,13 +16,41 @@ as its ops' dependencies allow:
     broadcasts it); every value is stored, as the memory plan expects.
 Sums run over the live rows in row order in the tensor's dtype, one accumulator per
 column, as native.py's batch-norm kernels sum: results equal theirs.
+A dropout's element draws its Philox word as ngnn/philox.py (and the GPU prelude) does,
+from the seed, the call number `step` (then the function's first parameter) and the
+row-major position, and applies NumPy's arithmetic (x times the scale, then times 0 or 1):
+its values equal K.dropout's bit for bit.
 """
+import ctypes
+
+from ngnn import philox
+from ngnn.op_graph.training_ops import Dropout
 
 from ngnn.op_graph.normalization import LiveRowsOp
 from ngnn.passes.row_sweeps import row_shape
 
 from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
 from .native_elementwise import CFunctions
+
+# Philox4x64-10 as templates/prelude.j2 computes it for the GPU (the 64-bit high product
+# through a 128-bit one): the word of `position` of call `stream`, as ngnn/philox.py maps it.
+PHILOX = """typedef unsigned long long u64;
+static inline unsigned int philox_word(u64 seed, u64 position, u64 stream) {
+    u64 ctr[4] = {position >> 3, stream, 0, 0}, k0 = seed, k1 = 0;
+    for (int r = 0; r < 10; ++r) {
+        unsigned __int128 p0 = (unsigned __int128)0xD2E7470EE14C6C93ULL * ctr[0];
+        unsigned __int128 p1 = (unsigned __int128)0xCA5A826395121157ULL * ctr[2];
+        u64 c1 = ctr[1], c3 = ctr[3];
+        ctr[0] = (u64)(p1 >> 64) ^ c1 ^ k0;
+        ctr[1] = (u64)p1;
+        ctr[2] = (u64)(p0 >> 64) ^ c3 ^ k1;
+        ctr[3] = (u64)p0;
+        k0 += 0x9E3779B97F4A7C15ULL;
+        k1 += 0xBB67AE8584CAA73BULL;
+    }
+    return (unsigned int)(ctr[(position >> 1) & 3] >> (32 * (position & 1)));
+}
+"""
 
 
 class SweepFunctions(CFunctions):
@@ -49,8 +77,11 @@ class SweepFunctions(CFunctions):
         param.update({op: f"o{k}" for k, op in enumerate(group)})
         arrays = inputs + group + ([live] if live is not None else [])
         position = {a: k for k, a in enumerate(arrays)}
-        lines = [f"/* {c} */" for c in comments]
+        stepped = any(isinstance(op, Dropout) for op in group)
+        lines = [PHILOX] if stepped and not any(self.stepped) else []
+        lines += [f"/* {c} */" for c in comments]
         lines.append(f"void {name}(" + ", ".join(
+            (["unsigned long long step"] if stepped else []) +
             [f"const {t} *{param[a]}" for a in inputs] + [f"{t} *{param[op]}" for op in group] +
             ([f"const {t} *live"] if live is not None else [])) + ") {")
         segments = []
@@ -65,7 +96,19 @@ class SweepFunctions(CFunctions):
         lines.append("}")
         self.functions.append("\n".join(lines) + "\n")
         self.arity.append(len(inputs) + len(group) + (live is not None))
-        return name, inputs, live, segments
+        self.stepped.append(stepped)
+        return name, inputs, live, segments, stepped
+
+    def __init__(self):
+        super().__init__()
+        self.stepped = []       # whether each function takes the call number first
+
+    def load(self):
+        super().load()
+        for k, stepped in enumerate(self.stepped):
+            if stepped:
+                function = getattr(self.library, f"{self.prefix}{k}")
+                function.argtypes = [ctypes.c_uint64] + function.argtypes
 
     def render_segment(self, segment, param, t, rows, width, has_live):
         """The C of one segment, in a block of its own: its live rows, its sums'
@@ -141,6 +184,12 @@ class SweepFunctions(CFunctions):
         return f"{param[a]}[{index}]"
 
     def element_expr(self, op, group, sweep, sweeps, param, t, rows, width):
+        if isinstance(op, Dropout):
+            x = self.value(op.args[0], group, sweep, sweeps, param, rows, width)
+            scale = literal(philox.keep_scale(op.rate, op.dtype), op.dtype)
+            keep = f"(philox_word({op.seed}ULL, (u64)(i * F + j), step) >= " \
+                f"{philox.keep_threshold(op.rate)}u)"
+            return f"({x} * {scale}) * ({t}){keep}"
         fields = attribute_literals(op)
         for field, a in zip(("x", "y"), op.args):
             fields[field] = literal(a.value, op.dtype) if is_scalar(a) else \

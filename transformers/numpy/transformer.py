@@ -322,10 +322,11 @@ class ModuleWriter:
             name, args, comment = self.sweep_values[op]
             statements += [s + comment for s in self.codegen.generate_op(op, name, args)]
             comments.append(op_comment(op, self.value_names))
-        function, inputs, live, segments = self.sweeps.add(group, comments)
+        function, inputs, live, segments, stepped = self.sweeps.add(group, comments)
         first = self.names[group[0]]
         fallback, call = "sweep" + first[1:], "call" + first[1:]
-        self.bind_lines += [f"def {fallback}():"] + ["    " + s for s in statements]
+        step = "step" if stepped else ""       # a dropout's call number
+        self.bind_lines += [f"def {fallback}({step}):"] + ["    " + s for s in statements]
         arrays = [self.name_of(a) for a in inputs]
         outputs = [self.names[op] for op in group]
         self.bind_lines.append(
@@ -334,7 +335,7 @@ class ModuleWriter:
             f"{'None' if live is None else self.name_of(live)}, {tuple(segments)}, "
             f"{fallback})")
         self.body += [f"# {c}" for c in comments]
-        self.body.append(f"{call}()  # {', '.join(self.value_names[op] for op in group)} in "
+        self.body.append(f"{call}({step})  # {', '.join(self.value_names[op] for op in group)} in "
                          "one C function (native_sweeps.py)")
 
     def bind_value(self, op):
