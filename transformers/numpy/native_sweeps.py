@@ -58,12 +58,24 @@ class SweepFunctions(CFunctions):
     one, `load()` compiles all."""
     prefix = "sweep"
 
+    def __init__(self):
+        super().__init__()
+        self.stepped = []       # whether each function takes the call number first
+
+    def load(self):
+        super().load()
+        for k, stepped in enumerate(self.stepped):
+            if stepped:
+                function = getattr(self.library, f"{self.prefix}{k}")
+                function.argtypes = [ctypes.c_uint64] + function.argtypes
+
     def add(self, group, comments):
         """Renders `group` (ops in step order) as `sweep<k>`, whose parameters are the
         arrays it reads, the group's outputs and the live-row count where there is one.
         Returns the name, the ops it reads, the live-row count's op (or None) and the
         segments: (rows, F) and the positions of the arrays each reads or writes, in
-        that parameter order."""
+        that parameter order; and whether it takes the call number `step` first (a group
+        with a dropout)."""
         name = f"sweep{len(self.functions)}"
         t = ctype(group[0].dtype)
         members = set(group)
@@ -98,17 +110,6 @@ class SweepFunctions(CFunctions):
         self.arity.append(len(inputs) + len(group) + (live is not None))
         self.stepped.append(stepped)
         return name, inputs, live, segments, stepped
-
-    def __init__(self):
-        super().__init__()
-        self.stepped = []       # whether each function takes the call number first
-
-    def load(self):
-        super().load()
-        for k, stepped in enumerate(self.stepped):
-            if stepped:
-                function = getattr(self.library, f"{self.prefix}{k}")
-                function.argtypes = [ctypes.c_uint64] + function.argtypes
 
     def render_segment(self, segment, param, t, rows, width, has_live):
         """The C of one segment, in a block of its own: its live rows, its sums'
