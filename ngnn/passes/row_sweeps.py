@@ -9,17 +9,22 @@ calls and passes cost more than the arithmetic (docs/native.md). A sweep group r
 chain as passes over the rows that compute every op of the chain per element.
 
 A group is a maximal run of consecutive steps (leaves and views made once, at bind,
-aside), at least two, each either
+aside), one op or more, each either
   - an element-wise op of at most two axes with a C template (`op.c`) whose arguments
     are scalar constants, or arrays the generated module binds once, or values made
     earlier in the group, that broadcast to it in its dtype; or
   - an op over live rows that says how it runs in a row loop (`row_phases`, batch
     norm's kernels: ngnn/op_graph/normalization.py), every group member with the same
-    live-row count.
+    live-row count; or
+  - a standalone op: a concat, an unslice (zeros with a slice written), or a sum whose
+    order NumPy's call fixes (`sum_order`), over arrays complete in memory when it runs.
+A group of one op is still worth its C call: the calls of consecutive C steps merge
+into one (native segments), so a lone small op between two C calls is one Python
+statement and one NumPy call less.
 Consecutive ops of one (rows, F) shape form a segment, run as passes over its rows that
 compute all its ops per element; segments run one after another (the small (F,) ops
 between a layer's batch-norm kernels cost one C call together instead of a NumPy call
-each). The step order is kept, so the memory plan (made on that order) holds for the
+each); a standalone op is a segment of its own. The step order is kept, so the memory plan (made on that order) holds for the
 group as it does for the ops one by one, given that a segment reads and writes each
 element of a (rows, F) value in that order; the writer checks, when it binds the
 buffers, that no other overlap exists within a segment.
@@ -29,10 +34,14 @@ of a variable or planned buffer, or of such a view (a reshape only of a whole bu
 of a view known C-contiguous: of another it would copy), is the same array at every call. The pass sets
 `computation.row_sweeps` (a list of op lists) and `bind_views`; it rewrites nothing.
 """
+import platform
 import re
 
+import numpy as np
+
 from ..op_graph import Constant, ElementWise, Placeholder, Variable
-from ..op_graph.layout import Slice
+from ..op_graph.layout import Broadcast, Concat, Slice, Unslice
+from ..op_graph.reductions import Sum
 from ..op_graph.normalization import LiveRowsOp
 from ..op_graph.training_ops import Dropout
 from .base import GraphPass
@@ -47,6 +56,12 @@ EXACT_FUNCTIONS = {"sqrt", "fabs", "fmax", "fmin"}
 # alone (eight positions share a counter, computed again for each), which beats NumPy's
 # call and cached mask only on small tensors (a batch's class scores and their gradients).
 MAX_DROPOUT_ELEMENTS = 1024
+# The width of the vectors np.einsum sums with (NumPy's baseline SIMD, its einsum_sumprod
+# is not dispatched): 16 bytes on x86-64 wheels up to x86-64-v2 (SSE). Where the baseline
+# has wider vectors, or another machine's, the order is not known: einsum sums stay NumPy.
+EINSUM_VECTOR_BYTES = 16 if platform.machine().lower() in ("x86_64", "amd64") and not any(
+    b.startswith(("AVX", "X86_V3", "X86_V4", "FMA")) for b in
+    getattr(np._core._multiarray_umath, "__cpu_baseline__", ["?"])) else None
 
 
 class RowSweeps(GraphPass):
@@ -56,7 +71,7 @@ class RowSweeps(GraphPass):
         groups, run = [], []
 
         def close():
-            if len(run) >= 2:
+            if run:
                 groups.append(list(run))
             run.clear()
 
@@ -116,8 +131,39 @@ def contiguous_view(op, plan, views):
     return True
 
 
+def sum_order(op):
+    """The order in which NumPy's call for Sum `op` (Sum.numpy) adds, where the C can
+    follow it exactly, else None; each starts from 0 (a sum of -0s is +0, as NumPy's):
+      - "lanes": np.einsum over trailing axes: per result, the reduced elements in vectors
+        of EINSUM_VECTOR_BYTES, four vectors added pairwise into an accumulator, then the
+        rest one vector at a time, then the lanes pairwise (einsum_sumprod's sum_of_arr);
+      - "pairwise": np.sum of a contiguous run into one value (a vector, or one column):
+        NumPy's pairwise summation (blocks of 8 accumulators up to 128, halves above);
+      - "columns": np.sum of a matrix over its rows: each column row after row.
+    `tests/test_native.py` checks each against NumPy on many lengths."""
+    if not isinstance(op, Sum) or op.dtype.name not in FLOATS:
+        return None
+    x = op.args[0]
+    if op.numpy.startswith("np.einsum("):
+        return "lanes" if EINSUM_VECTOR_BYTES else None
+    if op.axes == (0,) and (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 1)):
+        return "pairwise"
+    if op.axes == (0,) and x.ndim == 2:
+        return "columns"
+    return None
+
+
+def standalone(op):
+    """Whether `op` runs in a sweep group as a segment of its own: a loop of its own over
+    arrays complete in memory (its own rendering in native_sweeps.py)."""
+    return isinstance(op, (Concat, Unslice)) or sum_order(op) is not None
+
+
 def row_shape(op):
-    """The (rows, F) an op runs over in a sweep, or None where it cannot join one."""
+    """The (rows, F) an op runs over in a sweep, or None where it cannot join one (a
+    standalone op's is (1, its size))."""
+    if standalone(op):
+        return (1, op.size)
     if isinstance(op, LiveRowsOp) and op.row_phases:
         rows = op.args[op.row_args.index("x" if "x" in op.row_args else "delta")]
         # Two rows would read as batch norm's (2, F) statistics.
@@ -133,6 +179,14 @@ def row_shape(op):
     return None
 
 
+def broadcast_source(a):
+    """What an element-wise op of a group reads for its argument `a`: a broadcast's source
+    (read broadcast, as the group reads any argument of fewer elements), else `a`."""
+    while isinstance(a, Broadcast):
+        a = a.args[0]
+    return a
+
+
 def bound(op, plan):
     """Whether the generated module makes `op`'s array when it binds its buffers."""
     op = plan.into_variable.get(op, op)
@@ -141,10 +195,11 @@ def bound(op, plan):
 
 
 def segment_of(op, run):
-    """The ops of `run` in the segment `op` would join: the trailing ops of its shape."""
+    """The ops of `run` in the segment `op` would join: the trailing ops of its shape
+    (none for a standalone op, or after one)."""
     segment = []
     for member in reversed(run):
-        if row_shape(member) != row_shape(op):
+        if standalone(op) or standalone(member) or row_shape(member) != row_shape(op):
             break
         segment.append(member)
     return set(segment)
@@ -167,6 +222,8 @@ def joins(op, run, plan, views):
             return contiguous and base not in segment
         return bound(a, plan) or (a in made and a not in segment)
 
+    if standalone(op):
+        return all(a.dtype == op.dtype and readable(a) for a in op.args)
     if isinstance(op, LiveRowsOp):
         live = op.live
         lives = {r.live for r in run if isinstance(r, LiveRowsOp)}
@@ -178,7 +235,7 @@ def joins(op, run, plan, views):
         shapes = {(rows, features), (2, features), (features,)}
         return all(a.dtype == op.dtype and a.shape in shapes and (a in segment or readable(a))
                    for a in op.args[:op.fixed_args])
-    for a in op.args:
+    for a in map(broadcast_source, op.args):
         if a.is_constant and a.value.ndim == 0:
             continue
         if a.dtype != op.dtype:

@@ -19,37 +19,78 @@ column, as native.py's batch-norm kernels sum: results equal theirs.
 A dropout's element draws its Philox word as ngnn/philox.py (and the GPU prelude) does,
 from the seed, the call number `step` (then the function's first parameter) and the
 row-major position, and applies NumPy's arithmetic (x times the scale, then times 0 or 1):
-its values equal K.dropout's bit for bit.
+its values equal K.dropout's bit for bit. Eight consecutive positions share one Philox
+counter: each dropout keeps the four words of the counter it drew last.
+A standalone op (row_sweeps.standalone) is a segment of its own, a loop of its own over
+arrays complete in memory: a concat copies its pieces, an unslice writes each element
+(its argument's inside the key, else 0: right in place too), a sum adds in NumPy's
+order (row_sweeps.sum_order), so each equals its NumPy call to the bit.
 """
 import ctypes
+
+import numpy as np
 
 from ngnn import philox
 from ngnn.op_graph.training_ops import Dropout
 
+from ngnn.op_graph.layout import Concat, Unslice
 from ngnn.op_graph.normalization import LiveRowsOp
-from ngnn.passes.row_sweeps import row_shape
+from ngnn.passes.row_sweeps import (EINSUM_VECTOR_BYTES, broadcast_source, row_shape,
+                                    standalone, sum_order)
 
 from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
 from .native_elementwise import CFunctions
 
 # Philox4x64-10 as templates/prelude.j2 computes it for the GPU (the 64-bit high product
 # through a 128-bit one): the word of `position` of call `stream`, as ngnn/philox.py maps it.
+# A counter gives the words of eight positions: `words` keeps those of counter `*kept`.
 PHILOX = """typedef unsigned long long u64;
-static inline unsigned int philox_word(u64 seed, u64 position, u64 stream) {
-    u64 ctr[4] = {position >> 3, stream, 0, 0}, k0 = seed, k1 = 0;
-    for (int r = 0; r < 10; ++r) {
-        unsigned __int128 p0 = (unsigned __int128)0xD2E7470EE14C6C93ULL * ctr[0];
-        unsigned __int128 p1 = (unsigned __int128)0xCA5A826395121157ULL * ctr[2];
-        u64 c1 = ctr[1], c3 = ctr[3];
-        ctr[0] = (u64)(p1 >> 64) ^ c1 ^ k0;
-        ctr[1] = (u64)p1;
-        ctr[2] = (u64)(p0 >> 64) ^ c3 ^ k1;
-        ctr[3] = (u64)p0;
-        k0 += 0x9E3779B97F4A7C15ULL;
-        k1 += 0xBB67AE8584CAA73BULL;
+static inline unsigned int philox_word(u64 seed, u64 position, u64 stream, u64 *kept,
+                                       u64 *words) {
+    if (*kept != position >> 3) {
+        u64 ctr[4] = {position >> 3, stream, 0, 0}, k0 = seed, k1 = 0;
+        for (int r = 0; r < 10; ++r) {
+            unsigned __int128 p0 = (unsigned __int128)0xD2E7470EE14C6C93ULL * ctr[0];
+            unsigned __int128 p1 = (unsigned __int128)0xCA5A826395121157ULL * ctr[2];
+            u64 c1 = ctr[1], c3 = ctr[3];
+            ctr[0] = (u64)(p1 >> 64) ^ c1 ^ k0;
+            ctr[1] = (u64)p1;
+            ctr[2] = (u64)(p0 >> 64) ^ c3 ^ k1;
+            ctr[3] = (u64)p0;
+            k0 += 0x9E3779B97F4A7C15ULL;
+            k1 += 0xBB67AE8584CAA73BULL;
+        }
+        for (int w = 0; w < 4; ++w) words[w] = ctr[w];
+        *kept = position >> 3;
     }
-    return (unsigned int)(ctr[(position >> 1) & 3] >> (32 * (position & 1)));
+    return (unsigned int)(words[(position >> 1) & 3] >> (32 * (position & 1)));
 }
+"""
+# NumPy's pairwise summation of a contiguous run (its loops' pairwise_sum): eight
+# accumulators up to 128 values, halves (a multiple of 8 first) above.
+PAIRWISE = """#define PAIRWISE(T, S)                                                          \\
+static T pairwise_##S(const T *a, long n) {                                          \\
+    if (n < 8) {                                                                     \\
+        T res = -0.0;                                                                \\
+        for (long i = 0; i < n; i++) res += a[i];                                    \\
+        return res;                                                                  \\
+    }                                                                                \\
+    if (n <= 128) {                                                                  \\
+        T r[8];                                                                      \\
+        long i;                                                                      \\
+        for (int k = 0; k < 8; k++) r[k] = a[k];                                     \\
+        for (i = 8; i < n - (n % 8); i += 8)                                         \\
+            for (int k = 0; k < 8; k++) r[k] += a[i + k];                            \\
+        T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));   \\
+        for (; i < n; i++) res += a[i];                                              \\
+        return res;                                                                  \\
+    }                                                                                \\
+    long half = n / 2;                                                               \\
+    half -= half % 8;                                                                \\
+    return pairwise_##S(a, half) + pairwise_##S(a + half, n - half);                 \\
+}
+PAIRWISE(float, f32)
+PAIRWISE(double, f64)
 """
 
 
@@ -61,6 +102,7 @@ class SweepFunctions(CFunctions):
     def __init__(self):
         super().__init__()
         self.stepped = []       # whether each function takes the call number first
+        self.pairwise = False   # whether PAIRWISE is in the source already
 
     def load(self):
         super().load()
@@ -91,15 +133,23 @@ class SweepFunctions(CFunctions):
         position = {a: k for k, a in enumerate(arrays)}
         stepped = any(isinstance(op, Dropout) for op in group)
         lines = [PHILOX] if stepped and not any(self.stepped) else []
+        if not self.pairwise and any(sum_order(op) == "pairwise" for op in group):
+            lines.append(PAIRWISE)
+            self.pairwise = True
         lines += [f"/* {c} */" for c in comments]
         lines.append(f"void {name}(" + ", ".join(
             (["unsigned long long step"] if stepped else []) +
             [f"const {t} *{param[a]}" for a in inputs] + [f"{t} *{param[op]}" for op in group] +
             ([f"const {t} *live"] if live is not None else [])) + ") {")
+        lines += [f"    u64 kept_{param[op]} = ~0ULL, words_{param[op]}[4];"
+                  for op in group if isinstance(op, Dropout)]
         segments = []
         for segment in split_segments(group):
             rows, width = row_shape(segment[0])
-            lines += self.render_segment(segment, param, t, rows, width, live is not None)
+            if standalone(segment[0]):
+                lines += self.render_standalone(segment[0], param, t)
+            else:
+                lines += self.render_segment(segment, param, t, rows, width, live is not None)
             used = {position[op] for op in segment}
             used |= {position[a] for op in segment for a in operands(op) if a in position}
             if live is not None and any(isinstance(op, LiveRowsOp) for op in segment):
@@ -110,6 +160,81 @@ class SweepFunctions(CFunctions):
         self.arity.append(len(inputs) + len(group) + (live is not None))
         self.stepped.append(stepped)
         return name, inputs, live, segments, stepped
+
+    @staticmethod
+    def render_standalone(op, param, t):
+        """The C of a standalone op's segment (row_sweeps.standalone): a loop of its own
+        over its arguments, complete in memory."""
+        out, lines = param[op], ["    {"]
+        if isinstance(op, Concat):
+            # out as (outer, L, inner): each piece's (outer, l, inner) at its offset.
+            outer = int(np.prod(op.shape[:op.axis], dtype=np.int64))
+            inner = int(np.prod(op.shape[op.axis + 1:], dtype=np.int64))
+            length, offset = op.shape[op.axis], 0
+            for a in op.args:
+                block = a.shape[op.axis] * inner
+                lines += [f"    for (long o = 0; o < {outer}; o++)",
+                          f"        for (long e = 0; e < {block}; e++)",
+                          f"            {out}[(o * {length} + {offset}) * {inner} + e] = "
+                          f"{param[a]}[o * {block} + e];"]
+                offset += a.shape[op.axis]
+        elif isinstance(op, Unslice):
+            # Each output axis maps its index to the argument's (-1: outside the key);
+            # every element is written once, from its own position in place.
+            x = op.args[0]
+            strides = [int(np.prod(x.shape[k + 1:], dtype=np.int64)) for k in range(x.ndim)]
+            inside, index, axis = [], [], 0
+            for d, (k, size) in enumerate(zip(op.key, op.shape)):
+                table = np.full(size, -1, np.int64)
+                if isinstance(k, slice):
+                    table[range(size)[k]] = np.arange(len(range(size)[k])) * strides[axis]
+                    axis += 1
+                else:
+                    table[k] = 0
+                lines.append(f"    static const long m{d}[{size}] = "
+                             f"{{{', '.join(map(str, table))}}};")
+                inside.append(f"m{d}[i{d}] >= 0")
+                index.append(f"m{d}[i{d}]")
+            flat = " + ".join(f"i{d} * {int(np.prod(op.shape[d + 1:], dtype=np.int64))}"
+                              for d in range(op.ndim)) or "0"
+            lines += [f"    {'    ' * d}for (long i{d} = 0; i{d} < {size}; i{d}++)"
+                      for d, size in enumerate(op.shape)]
+            lines.append(f"    {'    ' * op.ndim}{out}[{flat}] = "
+                         f"({' && '.join(inside) or '1'}) ? {param[x]}[{' + '.join(index) or '0'}] : 0;")
+        else:
+            lines += SweepFunctions.render_sum(op, param[op.args[0]], out, t)
+        return lines + ["    }"]
+
+    @staticmethod
+    def render_sum(op, x, out, t):
+        """A Sum in NumPy's order (row_sweeps.sum_order), from 0 (a sum of -0s is +0)."""
+        order, shape = sum_order(op), op.args[0].shape
+        if order == "pairwise":
+            return [f"    {out}[0] = ({t})0 + pairwise_{'f32' if t == 'float' else 'f64'}"
+                    f"({x}, {op.args[0].size});"]
+        if order == "columns":
+            rows, width = shape
+            return [f"    for (long j = 0; j < {width}; j++) {out}[j] = 0;",
+                    f"    for (long i = 0; i < {rows}; i++)",
+                    f"        for (long j = 0; j < {width}; j++) "
+                    f"{out}[j] = {out}[j] + {x}[i * {width} + j];"]
+        # "lanes": np.einsum's vectors of L lanes, four at a time into the accumulator.
+        n = int(np.prod([shape[a] for a in op.axes], dtype=np.int64))
+        lanes = EINSUM_VECTOR_BYTES // op.dtype.itemsize
+        tree = "(acc[0] + acc[1]) + (acc[2] + acc[3])" if lanes == 4 else "acc[0] + acc[1]"
+        return [f"    for (long r = 0; r < {op.size}; r++) {{",
+                f"        const {t} *a = {x} + r * {n};",
+                f"        {t} acc[{lanes}] = {{0}};",
+                "        long c = " + str(n) + ";",
+                f"        for (; c >= {4 * lanes}; c -= {4 * lanes}, a += {4 * lanes})",
+                f"            for (int l = 0; l < {lanes}; l++)",
+                f"                acc[l] = ((a[l] + a[{lanes} + l]) + (a[{2 * lanes} + l] + "
+                f"a[{3 * lanes} + l])) + acc[l];",
+                f"        for (; c > 0; c -= {lanes}, a += {lanes})",
+                f"            for (int l = 0; l < {lanes}; l++) "
+                f"acc[l] = (l < c ? a[l] : ({t})0) + acc[l];",
+                f"        {out}[r] = ({tree}) + ({t})0;",
+                "    }"]
 
     def render_segment(self, segment, param, t, rows, width, has_live):
         """The C of one segment, in a block of its own: its live rows, its sums'
@@ -186,13 +311,13 @@ class SweepFunctions(CFunctions):
 
     def element_expr(self, op, group, sweep, sweeps, param, t, rows, width):
         if isinstance(op, Dropout):
-            x = self.value(op.args[0], group, sweep, sweeps, param, rows, width)
+            x = self.value(operands(op)[0], group, sweep, sweeps, param, rows, width)
             scale = literal(philox.keep_scale(op.rate, op.dtype), op.dtype)
-            keep = f"(philox_word({op.seed}ULL, (u64)(i * F + j), step) >= " \
-                f"{philox.keep_threshold(op.rate)}u)"
+            keep = f"(philox_word({op.seed}ULL, (u64)(i * F + j), step, " \
+                f"&kept_{param[op]}, words_{param[op]}) >= {philox.keep_threshold(op.rate)}u)"
             return f"({x} * {scale}) * ({t}){keep}"
         fields = attribute_literals(op)
-        for field, a in zip(("x", "y"), op.args):
+        for field, a in zip(("x", "y"), operands(op)):
             fields[field] = literal(a.value, op.dtype) if is_scalar(a) else \
                 self.value(a, group, sweep, sweeps, param, rows, width)
         return unwrapped(in_precision(op.c.format(out_ctype=t, **fields), op.dtype))
@@ -220,15 +345,19 @@ def is_scalar(op):
 
 
 def operands(op):
-    """The arguments a group member reads (a batch-norm op's live count aside)."""
-    return op.args[:op.fixed_args] if isinstance(op, LiveRowsOp) else op.args
+    """The arrays a group member reads: its arguments, a batch-norm op's live count
+    aside, an element-wise op's broadcasts as their sources."""
+    if isinstance(op, LiveRowsOp):
+        return op.args[:op.fixed_args]
+    return op.args if standalone(op) else [broadcast_source(a) for a in op.args]
 
 
 def split_segments(group):
     """The group's runs of consecutive ops of one (rows, F) shape."""
     segments = []
     for op in group:
-        if segments and row_shape(segments[-1][0]) == row_shape(op):
+        if segments and not standalone(op) and not standalone(segments[-1][0]) and \
+                row_shape(segments[-1][0]) == row_shape(op):
             segments[-1].append(op)
         else:
             segments.append([op])
