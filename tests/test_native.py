@@ -520,3 +520,84 @@ def test_dropout_in_a_sweep_group_equals_numpy_to_the_bit(dtype, shape, rate, mo
         for got, expected in zip(calls_got, calls_expected):
             assert got.tobytes() == expected.tobytes()
     assert results[False][0][0].tobytes() != results[False][1][0].tobytes() or rate == 0
+
+
+def run_body(source):
+    return source.split("def run", 1)[-1]
+
+
+def wide(rng, shape, dtype):
+    """Values of magnitudes 1e-6 to 1e6: sums of them depend on the order of the adds."""
+    return (rng.normal(size=shape) * 10.0 ** rng.integers(-6, 7, size=shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sums_in_sweep_groups_add_in_numpys_order(dtype, monkeypatch):
+    """The sums a group runs in C (row_sweeps.sum_order) add in the order of the NumPy
+    call they replace: np.einsum's vectors for short trailing sums, np.sum's pairwise
+    summation down a vector or one column, row after row down a matrix's columns; equal
+    to the bit on lengths around each order's block sizes, and -0s sum to +0 as NumPy's."""
+    from ngnn.passes.row_sweeps import sum_order
+    rng = np.random.default_rng(3)
+    cases = [((n,), 0, False) for n in (1, 5, 8, 9, 16, 33, 127, 128, 129, 256, 257, 300,
+                                        1000, 1196)]
+    cases += [((r, 1), 0, True) for r in (7, 33, 300, 1196)]
+    cases += [((r, c), 0, False) for r, c in ((33, 2), (300, 5), (2, 64))]
+    cases += [((r, c), 1, keep) for r, c in ((33, 2), (5, 7), (9, 64), (3, 200))
+              for keep in (False, True)]
+    inputs, sums, orders = [], [], set()
+    for k, (shape, axis, keepdims) in enumerate(cases):
+        xs = ng.placeholder(shape, dtype=dtype, name=f"x{k}")
+        s = ng.sum(xs * 2.0, axis=axis, keepdims=keepdims)      # reads a value bound once
+        orders.add(sum_order(s))
+        inputs.append(xs)
+        sums.append(s)
+    assert orders == {"lanes", "pairwise", "columns"}
+    values = [wide(rng, x.shape, dtype) for x in inputs]
+    values[0][:] = -0.0
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(sums, *inputs)
+            results[native_kernels] = comp(*values)
+            source = comp.source
+        monkeypatch.undo()
+    assert prepared["sweeps"] >= 1
+    assert "np.sum(" not in run_body(source) and "np.einsum(" not in run_body(source)
+    for got, expected in zip(results[True], results[False]):
+        assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_concat_unslice_and_lone_ops_in_sweep_groups_equal_numpy(dtype, monkeypatch):
+    """Concats along either axis, unslices (slices' gradients: ranges, steps, an int key)
+    and a lone small op read through a broadcast run in the groups' C, equal to the bit."""
+    from ngnn.op_graph.layout import Broadcast, Unslice, _normalize_index
+    rng = np.random.default_rng(4)
+    keys = ((slice(1, 4), slice(0, 6)), (slice(8, None, -3), slice(1, 5, 2)), (2, slice(0, 6)))
+    shapes = [(9, 6), (6,), (9, 2)] + [np.zeros((9, 6))[key].shape for key in keys]
+    feeds = [ng.placeholder(shape, dtype=dtype, name=f"in{k}") for k, shape in enumerate(shapes)]
+    h, w, side, *parts = [x * 2.0 for x in feeds]       # values bound once
+    outs = [ng.concat([h, ng.slice(h, (slice(0, 2),)), h], axis=0),
+            ng.concat([h, side], axis=1)]
+    outs += [Unslice(part, (9, 6), _normalize_index((9, 6), key))
+             for part, key in zip(parts, keys)]
+    outs.append(w * Broadcast(ng.reshape(ng.sum(w), (1,)), (6,)))      # lone, broadcast
+    values = [rng.normal(size=shape).astype(dtype) for shape in shapes]
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(outs, *feeds)
+            results[native_kernels] = comp(*values)
+            source = comp.source
+        monkeypatch.undo()
+    assert prepared["sweeps"] >= 1
+    numpy_calls = [line.strip() for line in run_body(source).splitlines()[1:]
+                   if line.strip().startswith(("np.", "t_", "K."))]
+    # Only the products by 2.0 of the fed arrays (not bound once) are NumPy calls.
+    assert len(numpy_calls) == len(feeds) and \
+        all(line.startswith("np.multiply(t_in") for line in numpy_calls)
+    for got, expected in zip(results[True], results[False]):
+        assert got.tobytes() == expected.tobytes()
