@@ -230,7 +230,7 @@ def joins(op, run, plan, views):
         if lives and lives != {live}:
             return False
         if live is not None and (live.dtype != op.dtype or live.size < 1 or
-                                 not bound(live, plan) or live in made):
+                                 not bound(live, plan) or live in segment):
             return False
         shapes = {(rows, features), (2, features), (features,)}
         return all(a.dtype == op.dtype and a.shape in shapes and (a in segment or readable(a))

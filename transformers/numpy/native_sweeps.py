@@ -149,7 +149,10 @@ class SweepFunctions(CFunctions):
             if standalone(segment[0]):
                 lines += self.render_standalone(segment[0], param, t)
             else:
-                lines += self.render_segment(segment, param, t, rows, width, live is not None)
+                # Only a segment of batch-norm ops reads the live count: another group
+                # member may make it, in an earlier segment.
+                lines += self.render_segment(segment, param, t, rows, width, live is not None and
+                                             any(isinstance(op, LiveRowsOp) for op in segment))
             used = {position[op] for op in segment}
             used |= {position[a] for op in segment for a in operands(op) if a in position}
             if live is not None and any(isinstance(op, LiveRowsOp) for op in segment):
