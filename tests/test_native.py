@@ -322,9 +322,9 @@ def in_c_only(monkeypatch):
     def fallback_fails(*args):
         raise AssertionError("a group fell back to NumPy")
 
-    def prepare_sweep(function, inputs, outputs, live, segments, statements):
+    def prepare_sweep(function, inputs, outputs, live, segments, statements, **fed):
         prepared["sweeps"] += 1
-        return sweep(function, inputs, outputs, live, segments, fallback_fails)
+        return sweep(function, inputs, outputs, live, segments, fallback_fails, **fed)
 
     def prepare_group(*args):
         prepared["groups"] += 1
@@ -578,7 +578,7 @@ def test_concat_unslice_and_lone_ops_in_sweep_groups_equal_numpy(dtype, monkeypa
     keys = ((slice(1, 4), slice(0, 6)), (slice(8, None, -3), slice(1, 5, 2)), (2, slice(0, 6)))
     shapes = [(9, 6), (6,), (9, 2)] + [np.zeros((9, 6))[key].shape for key in keys]
     feeds = [ng.placeholder(shape, dtype=dtype, name=f"in{k}") for k, shape in enumerate(shapes)]
-    h, w, side, *parts = [x * 2.0 for x in feeds]       # values bound once
+    h, w, side, *parts = [x * 2.0 for x in feeds]
     outs = [ng.concat([h, ng.slice(h, (slice(0, 2),)), h], axis=0),
             ng.concat([h, side], axis=1)]
     outs += [Unslice(part, (9, 6), _normalize_index((9, 6), key))
@@ -596,8 +596,35 @@ def test_concat_unslice_and_lone_ops_in_sweep_groups_equal_numpy(dtype, monkeypa
     assert prepared["sweeps"] >= 1
     numpy_calls = [line.strip() for line in run_body(source).splitlines()[1:]
                    if line.strip().startswith(("np.", "t_", "K."))]
-    # Only the products by 2.0 of the fed arrays (not bound once) are NumPy calls.
-    assert len(numpy_calls) == len(feeds) and \
-        all(line.startswith("np.multiply(t_in") for line in numpy_calls)
+    assert numpy_calls == []        # the products of the fed arrays by 2.0 too
+    for got, expected in zip(results[True], results[False]):
+        assert got.tobytes() == expected.tobytes()
+
+
+def test_casts_and_one_hots_of_fed_arrays_run_in_c_and_bad_ids_raise(monkeypatch):
+    """A cast of a fed mask (bool, int) and a one-hot of fed class ids run in a group's
+    C, the fed arrays' addresses taken at the call: equal to the NumPy transformer's;
+    fed arrays it was not rendered for (another dtype, not C-contiguous) run the NumPy
+    statements, and so does a class id out of range, whose error names it."""
+    masks = [ng.placeholder((7,), dtype=d, name=f"mask{k}")
+             for k, d in enumerate((np.bool_, np.int64))]
+    ids = ng.placeholder((7,), dtype=np.int64, name="ids")
+    outs = [ng.cast(m, np.float32) * 3.0 for m in masks] + [ng.one_hot(ids, 3) * 2.0]
+    rng = np.random.default_rng(5)
+    feeds = [rng.random(7) < 0.5, rng.integers(-3, 3, 7), rng.integers(0, 3, 7)]
+    results = {}
+    for native_kernels in (False, True):
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(outs, *masks, ids)
+            results[native_kernels] = [r.copy() for r in comp(*feeds)]
+            source = comp.source
+            if native_kernels:
+                strided = comp(feeds[0], np.repeat(feeds[1], 2)[::2], feeds[2].astype(np.int32))
+                for got, expected in zip(strided, results[False]):
+                    assert got.tobytes() == expected.tobytes()
+                with pytest.raises(ValueError, match="class id 3 is outside"):
+                    comp(feeds[0], feeds[1], np.array([0, 1, 2, 3, 0, 1, 2]))
+    body = run_body(source)
+    assert "np.copyto(" not in body and "K.one_hot(" not in body and "np.multiply(" not in body
     for got, expected in zip(results[True], results[False]):
         assert got.tobytes() == expected.tobytes()

@@ -11,23 +11,25 @@ chain as passes over the rows that compute every op of the chain per element.
 A group is a maximal run of consecutive steps (leaves and views made once, at bind,
 aside), one op or more, each either
   - an element-wise op of at most two axes with a C template (`op.c`) whose arguments
-    are scalar constants, or arrays the generated module binds once, or values made
-    earlier in the group, that broadcast to it in its dtype; or
+    are scalar constants, or arrays the generated module binds once or that are fed to
+    the call, or values made earlier in the group, that broadcast to it in its dtype (a
+    cast's in any dtype it converts from; a broadcast view is read as its source); or
   - an op over live rows that says how it runs in a row loop (`row_phases`, batch
     norm's kernels: ngnn/op_graph/normalization.py), every group member with the same
     live-row count; or
-  - a standalone op: a concat, an unslice (zeros with a slice written), or a sum whose
-    order NumPy's call fixes (`sum_order`), over arrays complete in memory when it runs.
+  - a standalone op: a concat, an unslice (zeros with a slice written), a one-hot of
+    class ids, or a sum whose order NumPy's call fixes (`sum_order`), over arrays
+    complete in memory when it runs.
 A group of one op is still worth its C call: the calls of consecutive C steps merge
 into one (native segments), so a lone small op between two C calls is one Python
 statement and one NumPy call less.
 Consecutive ops of one (rows, F) shape form a segment, run as passes over its rows that
 compute all its ops per element; segments run one after another (the small (F,) ops
 between a layer's batch-norm kernels cost one C call together instead of a NumPy call
-each); a standalone op is a segment of its own. The step order is kept, so the memory plan (made on that order) holds for the
-group as it does for the ops one by one, given that a segment reads and writes each
-element of a (rows, F) value in that order; the writer checks, when it binds the
-buffers, that no other overlap exists within a segment.
+each); a standalone op is a segment of its own. The step order is kept, so the memory
+plan (made on that order) holds for the group as it does for the ops one by one, given
+that a segment reads and writes each element of a (rows, F) value in that order; the
+writer checks, when it binds the buffers, that no other overlap exists within a segment.
 
 The views made once (`computation.bind_views`): a reshape, transpose, slice or broadcast
 of a variable or planned buffer, or of such a view (a reshape only of a whole buffer or
@@ -40,14 +42,20 @@ import re
 import numpy as np
 
 from ..op_graph import Constant, ElementWise, Placeholder, Variable
+from ..op_graph.elementwise import Cast
 from ..op_graph.layout import Broadcast, Concat, Slice, Unslice
-from ..op_graph.reductions import Sum
 from ..op_graph.normalization import LiveRowsOp
-from ..op_graph.training_ops import Dropout
+from ..op_graph.reductions import Sum
+from ..op_graph.training_ops import Dropout, OneHot
 from .base import GraphPass
 from .fusion import FusedGroup
 
 FLOATS = ("float32", "float64")
+# What a cast in a group converts from (their C types: C's conversion rounds as NumPy's),
+# and the class ids a one-hot reads.
+CAST_FROM = FLOATS + ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                      "uint64")
+IDS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 # C functions whose results are exactly rounded, as NumPy's are: a group keeps the NumPy
 # transformer's values (exp, log, pow, tanh may differ from NumPy's in the last bit, and
 # an Adam step's bias correction, a float32 power, turns that into 1e-9 in the weights).
@@ -155,8 +163,11 @@ def sum_order(op):
 
 def standalone(op):
     """Whether `op` runs in a sweep group as a segment of its own: a loop of its own over
-    arrays complete in memory (its own rendering in native_sweeps.py)."""
-    return isinstance(op, (Concat, Unslice)) or sum_order(op) is not None
+    arrays complete in memory (its own rendering in native_sweeps.py). A one-hot of
+    (N,) class ids checks them there: one outside [0, C) makes the group run its NumPy
+    statements, whose K.one_hot raises the error that names it."""
+    return isinstance(op, (Concat, Unslice)) or sum_order(op) is not None or \
+        (isinstance(op, OneHot) and op.ndim == 2 and op.args[0].dtype.name in IDS)
 
 
 def row_shape(op):
@@ -214,14 +225,18 @@ def joins(op, run, plan, views):
     made, segment = set(run), segment_of(op, run)
 
     def readable(a):
-        """Complete in memory when `op` runs, C-contiguous: bound at bind, made by an
-        earlier segment of the group, or a contiguous view of either (a view of a value
-        of op's own segment would read elements its passes have not made yet)."""
+        """Complete in memory when `op` runs, C-contiguous: bound at bind, fed (its
+        address taken at the call, where it is C-contiguous), made by an earlier segment
+        of the group, or a contiguous view of either (a view of a value of op's own
+        segment would read elements its passes have not made yet)."""
         if a in views:
             contiguous, base = views[a]
             return contiguous and base not in segment
-        return bound(a, plan) or (a in made and a not in segment)
+        return bound(a, plan) or isinstance(a, Placeholder) or \
+            (a in made and a not in segment)
 
+    if isinstance(op, OneHot):
+        return readable(op.args[0])
     if standalone(op):
         return all(a.dtype == op.dtype and readable(a) for a in op.args)
     if isinstance(op, LiveRowsOp):
@@ -238,7 +253,7 @@ def joins(op, run, plan, views):
     for a in map(broadcast_source, op.args):
         if a.is_constant and a.value.ndim == 0:
             continue
-        if a.dtype != op.dtype:
+        if a.dtype != op.dtype and not (isinstance(op, Cast) and a.dtype.name in CAST_FROM):
             return False
         if a in segment:
             if a.shape != op.shape:

@@ -23,15 +23,17 @@ its values equal K.dropout's bit for bit. Eight consecutive positions share one 
 counter: each dropout keeps the four words of the counter it drew last.
 A standalone op (row_sweeps.standalone) is a segment of its own, a loop of its own over
 arrays complete in memory: a concat copies its pieces, an unslice writes each element
-(its argument's inside the key, else 0: right in place too), a sum adds in NumPy's
-order (row_sweeps.sum_order), so each equals its NumPy call to the bit.
+(its argument's inside the key, else 0: right in place too), a one-hot compares each
+class id (returning 1 before it writes where one is outside [0, C): the NumPy
+statements then run and raise), a sum adds in NumPy's order (row_sweeps.sum_order), so
+each equals its NumPy call to the bit. A function returns 0 where it ran.
 """
 import ctypes
 
 import numpy as np
 
 from ngnn import philox
-from ngnn.op_graph.training_ops import Dropout
+from ngnn.op_graph.training_ops import Dropout, OneHot
 
 from ngnn.op_graph.layout import Concat, Unslice
 from ngnn.op_graph.normalization import LiveRowsOp
@@ -107,17 +109,18 @@ class SweepFunctions(CFunctions):
     def load(self):
         super().load()
         for k, stepped in enumerate(self.stepped):
+            function = getattr(self.library, f"{self.prefix}{k}")
+            function.restype = ctypes.c_int     # not 0: run the NumPy statements
             if stepped:
-                function = getattr(self.library, f"{self.prefix}{k}")
                 function.argtypes = [ctypes.c_uint64] + function.argtypes
 
     def add(self, group, comments):
         """Renders `group` (ops in step order) as `sweep<k>`, whose parameters are the
         arrays it reads, the group's outputs and the live-row count where there is one.
         Returns the name, the ops it reads, the live-row count's op (or None) and the
-        segments: (rows, F) and the positions of the arrays each reads or writes, in
-        that parameter order; and whether it takes the call number `step` first (a group
-        with a dropout)."""
+        segments: (rows, F), the positions of the arrays each reads or writes, in that
+        parameter order, and of those it writes; and whether it takes the call number
+        `step` first (a group with a dropout)."""
         name = f"sweep{len(self.functions)}"
         t = ctype(group[0].dtype)
         members = set(group)
@@ -137,9 +140,10 @@ class SweepFunctions(CFunctions):
             lines.append(PAIRWISE)
             self.pairwise = True
         lines += [f"/* {c} */" for c in comments]
-        lines.append(f"void {name}(" + ", ".join(
+        lines.append(f"int {name}(" + ", ".join(
             (["unsigned long long step"] if stepped else []) +
-            [f"const {t} *{param[a]}" for a in inputs] + [f"{t} *{param[op]}" for op in group] +
+            [f"const {ctype(a.dtype)} *{param[a]}" for a in inputs] +
+            [f"{t} *{param[op]}" for op in group] +
             ([f"const {t} *live"] if live is not None else [])) + ") {")
         lines += [f"    u64 kept_{param[op]} = ~0ULL, words_{param[op]}[4];"
                   for op in group if isinstance(op, Dropout)]
@@ -153,12 +157,13 @@ class SweepFunctions(CFunctions):
                 # member may make it, in an earlier segment.
                 lines += self.render_segment(segment, param, t, rows, width, live is not None and
                                              any(isinstance(op, LiveRowsOp) for op in segment))
-            used = {position[op] for op in segment}
-            used |= {position[a] for op in segment for a in operands(op) if a in position}
+            writes = {position[op] for op in segment}
+            used = writes | {position[a] for op in segment for a in operands(op)
+                             if a in position}
             if live is not None and any(isinstance(op, LiveRowsOp) for op in segment):
                 used.add(position[live])
-            segments.append(((rows, width), tuple(sorted(used))))
-        lines.append("}")
+            segments.append(((rows, width), tuple(sorted(used)), tuple(sorted(writes))))
+        lines += ["    return 0;", "}"]
         self.functions.append("\n".join(lines) + "\n")
         self.arity.append(len(inputs) + len(group) + (live is not None))
         self.stepped.append(stepped)
@@ -181,6 +186,14 @@ class SweepFunctions(CFunctions):
                           f"            {out}[(o * {length} + {offset}) * {inner} + e] = "
                           f"{param[a]}[o * {block} + e];"]
                 offset += a.shape[op.axis]
+        elif isinstance(op, OneHot):
+            # Class ids outside [0, C): return before writing, the NumPy statements raise.
+            ids, (count, classes) = param[op.args[0]], op.shape
+            lines += [f"    for (long i = 0; i < {count}; i++)",
+                      f"        if ({ids}[i] < 0 || {ids}[i] >= {classes}) return 1;",
+                      f"    for (long i = 0; i < {count}; i++)",
+                      f"        for (long j = 0; j < {classes}; j++)",
+                      f"            {out}[i * {classes} + j] = ({t})({ids}[i] == j);"]
         elif isinstance(op, Unslice):
             # Each output axis maps its index to the argument's (-1: outside the key);
             # every element is written once, from its own position in place.
