@@ -165,8 +165,12 @@ def standalone(op):
     """Whether `op` runs in a sweep group as a segment of its own: a loop of its own over
     arrays complete in memory (its own rendering in native_sweeps.py). A one-hot of
     (N,) class ids checks them there: one outside [0, C) makes the group run its NumPy
-    statements, whose K.one_hot raises the error that names it."""
-    return isinstance(op, (Concat, Unslice)) or sum_order(op) is not None or \
+    statements, whose K.one_hot raises the error that names it. An unslice of a whole
+    tensor only in order (it may run in place: reversed, it would read what it wrote)."""
+    if isinstance(op, Unslice):
+        return op.args[0].shape != op.shape or \
+            all(k == slice(0, n, 1) for k, n in zip(op.key, op.shape))
+    return isinstance(op, Concat) or sum_order(op) is not None or \
         (isinstance(op, OneHot) and op.ndim == 2 and op.args[0].dtype.name in IDS)
 
 

@@ -23,7 +23,7 @@ its values equal K.dropout's bit for bit. Eight consecutive positions share one 
 counter: each dropout keeps the four words of the counter it drew last.
 A standalone op (row_sweeps.standalone) is a segment of its own, a loop of its own over
 arrays complete in memory: a concat copies its pieces, an unslice writes each element
-(its argument's inside the key, else 0: right in place too), a one-hot compares each
+(zeros, then its argument's elements at the key's positions), a one-hot compares each
 class id (returning 1 before it writes where one is outside [0, C): the NumPy
 statements then run and raise), a sum adds in NumPy's order (row_sweeps.sum_order), so
 each equals its NumPy call to the bit. A function returns 0 where it ran.
@@ -195,28 +195,27 @@ class SweepFunctions(CFunctions):
                       f"        for (long j = 0; j < {classes}; j++)",
                       f"            {out}[i * {classes} + j] = ({t})({ids}[i] == j);"]
         elif isinstance(op, Unslice):
-            # Each output axis maps its index to the argument's (-1: outside the key);
-            # every element is written once, from its own position in place.
+            # Zeros, then the argument's elements at the key's positions (a loop over
+            # the argument's axes); an argument of the output's shape fills it all (the
+            # key takes every element in order), in place where it is the output.
             x = op.args[0]
-            strides = [int(np.prod(x.shape[k + 1:], dtype=np.int64)) for k in range(x.ndim)]
-            inside, index, axis = [], [], 0
-            for d, (k, size) in enumerate(zip(op.key, op.shape)):
-                table = np.full(size, -1, np.int64)
+            if x.shape != op.shape:
+                lines.append(f"    memset({out}, 0, {op.size} * sizeof({t}));")
+            out_strides = [int(np.prod(op.shape[d + 1:], dtype=np.int64))
+                           for d in range(op.ndim)]
+            index, axis = [], 0
+            for k, stride in zip(op.key, out_strides):
                 if isinstance(k, slice):
-                    table[range(size)[k]] = np.arange(len(range(size)[k])) * strides[axis]
+                    index.append(f"({k.start} + {k.step} * i{axis}) * {stride}")
                     axis += 1
                 else:
-                    table[k] = 0
-                lines.append(f"    static const long m{d}[{size}] = "
-                             f"{{{', '.join(map(str, table))}}};")
-                inside.append(f"m{d}[i{d}] >= 0")
-                index.append(f"m{d}[i{d}]")
-            flat = " + ".join(f"i{d} * {int(np.prod(op.shape[d + 1:], dtype=np.int64))}"
-                              for d in range(op.ndim)) or "0"
+                    index.append(f"{k} * {stride}")
             lines += [f"    {'    ' * d}for (long i{d} = 0; i{d} < {size}; i{d}++)"
-                      for d, size in enumerate(op.shape)]
-            lines.append(f"    {'    ' * op.ndim}{out}[{flat}] = "
-                         f"({' && '.join(inside) or '1'}) ? {param[x]}[{' + '.join(index) or '0'}] : 0;")
+                      for d, size in enumerate(x.shape)]
+            flat = " + ".join(f"i{d} * {int(np.prod(x.shape[d + 1:], dtype=np.int64))}"
+                              for d in range(x.ndim)) or "0"
+            lines.append(f"    {'    ' * x.ndim}{out}[{' + '.join(index) or '0'}] = "
+                         f"{param[x]}[{flat}];")
         else:
             lines += SweepFunctions.render_sum(op, param[op.args[0]], out, t)
         return lines + ["    }"]
