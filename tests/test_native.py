@@ -536,7 +536,8 @@ def test_sums_in_sweep_groups_add_in_numpys_order(dtype, monkeypatch):
     """The sums a group runs in C (row_sweeps.sum_order) add in the order of the NumPy
     call they replace: np.einsum's vectors for short trailing sums, np.sum's pairwise
     summation down a vector or one column, row after row down a matrix's columns; equal
-    to the bit on lengths around each order's block sizes, and -0s sum to +0 as NumPy's."""
+    to the bit on lengths around each order's block sizes, and -0s sum to +0 as NumPy's.
+    Where NumPy's einsum vectors are not known, its sums stay NumPy calls."""
     from ngnn.passes.row_sweeps import sum_order
     rng = np.random.default_rng(3)
     cases = [((n,), 0, False) for n in (1, 5, 8, 9, 16, 33, 127, 128, 129, 256, 257, 300,
@@ -553,6 +554,10 @@ def test_sums_in_sweep_groups_add_in_numpys_order(dtype, monkeypatch):
         inputs.append(xs)
         sums.append(s)
     assert orders == {"lanes", "pairwise", "columns"}
+    from ngnn.passes import row_sweeps
+    with monkeypatch.context() as patch:       # NumPy's einsum vectors of unknown width
+        patch.setattr(row_sweeps, "EINSUM_VECTOR_BYTES", None)
+        assert {sum_order(s) for s in sums} == {None, "pairwise", "columns"}
     values = [wide(rng, x.shape, dtype) for x in inputs]
     values[0][:] = -0.0
     results = {}

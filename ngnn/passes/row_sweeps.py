@@ -39,8 +39,6 @@ of a view known C-contiguous: of another it would copy), is the same array at ev
 import platform
 import re
 
-import numpy as np
-
 from ..op_graph import Constant, ElementWise, Placeholder, Variable
 from ..op_graph.elementwise import Cast
 from ..op_graph.layout import Broadcast, Concat, Slice, Unslice
@@ -60,16 +58,28 @@ IDS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 # transformer's values (exp, log, pow, tanh may differ from NumPy's in the last bit, and
 # an Adam step's bias correction, a float32 power, turns that into 1e-9 in the weights).
 EXACT_FUNCTIONS = {"sqrt", "fabs", "fmax", "fmin"}
-# A dropout joins a group up to this many elements: its C draws each element's Philox word
-# alone (eight positions share a counter, computed again for each), which beats NumPy's
-# call and cached mask only on small tensors (a batch's class scores and their gradients).
+# A dropout joins a group up to this many elements: its C draws a counter's Philox words
+# per eight positions, one position after another, about 3.5 times NumPy's time per
+# element on large masks (a (1196, 64) one: 560 us, K.dropout 160 us), so only small
+# tensors, where NumPy's call costs more than the draw, join (the class scores and their
+# gradients: a (33, 2) dropout in a group is 5 us with the group's call).
 MAX_DROPOUT_ELEMENTS = 1024
-# The width of the vectors np.einsum sums with (NumPy's baseline SIMD, its einsum_sumprod
-# is not dispatched): 16 bytes on x86-64 wheels up to x86-64-v2 (SSE). Where the baseline
-# has wider vectors, or another machine's, the order is not known: einsum sums stay NumPy.
-EINSUM_VECTOR_BYTES = 16 if platform.machine().lower() in ("x86_64", "amd64") and not any(
-    b.startswith(("AVX", "X86_V3", "X86_V4", "FMA")) for b in
-    getattr(np._core._multiarray_umath, "__cpu_baseline__", ["?"])) else None
+
+
+def einsum_vector_bytes():
+    """The width of the vectors np.einsum sums with (NumPy's baseline SIMD: its
+    einsum_sumprod is not dispatched): 16 bytes on x86-64 builds whose baseline stops at
+    x86-64-v2 (SSE), as NumPy's wheels' does; None where it is wider or another machine's
+    (the order is not known: einsum sums stay NumPy)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_baseline__ as baseline
+    except ImportError:     # NumPy 1
+        from numpy.core._multiarray_umath import __cpu_baseline__ as baseline
+    wide = any(b.startswith(("AVX", "X86_V3", "X86_V4", "FMA")) for b in baseline)
+    return 16 if platform.machine().lower() in ("x86_64", "amd64") and not wide else None
+
+
+EINSUM_VECTOR_BYTES = einsum_vector_bytes()
 
 
 class RowSweeps(GraphPass):
