@@ -384,8 +384,9 @@ def test_sweep_groups_passes_follow_the_sums_they_read():
 
 def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
     """Arrays of one segment that overlap other than element for element (an output over
-    a broadcast input) get the ops one by one; an output over its (rows, F) input runs
-    the C, and so do overlapping arrays of different segments (run one after another)."""
+    a broadcast input, wider elements over narrower ones) get the ops one by one; an
+    output over its (rows, F) input runs the C (so do float32 values over float64 ones),
+    and so do overlapping arrays of different segments (run one after another)."""
     buffer = np.zeros(10 * 4 + 4)
     rows, vector = buffer[:40].reshape(10, 4), buffer[36:]
     one_segment = (((10, 4), (0, 1)),)
@@ -400,6 +401,12 @@ def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
     assert native.prepare_sweep(function, (rows,), (rows,), None, one_segment,
                                 statements) is not statements
     assert native.prepare_sweep(function, (rows[:, :2],), (np.zeros((10, 4)),), None,
+                                one_segment, statements) is statements
+    wide = np.zeros(40)            # float32 values over the float64 a cast read: in C
+    narrow = wide.view(np.float32)[:40].reshape(10, 4)
+    assert native.prepare_sweep(function, (wide.reshape(10, 4),), (narrow,), None,
+                                one_segment, statements) is not statements
+    assert native.prepare_sweep(function, (narrow,), (wide.reshape(10, 4),), None,
                                 one_segment, statements) is statements
     two_segments = (((1, 4), (0, 1)), ((10, 4), (1, 2)))
     assert native.prepare_sweep(function, (vector,), (np.zeros(4), rows), None,

@@ -386,10 +386,12 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=())
     positions, in inputs + outputs + [live], of the arrays it reads or writes, and
     optionally of those it writes (else every output among them). Segments
     run one after another, as the ops one by one would; within one, an output may share
-    memory with another of its arrays only element for element, a whole (rows, F) array:
-    the memory plan makes such sharing only where a value dies as the next is made,
-    which passes in step order keep right; any other overlap could be read after the
-    group wrote it. There, or where an array is not C-contiguous, `statements` (the
+    memory with another of its arrays only element for element, a whole (rows, F) array
+    from the same address, its elements no wider than the other's (a value over one of
+    a wider type, such as the float64 a cast to float32 read: element i's write then
+    reaches no byte of an element after i): the memory plan makes such sharing only
+    where a value dies as the next is made, which passes in step order keep right; any
+    other overlap could be read after the group wrote it. There, or where an array is not C-contiguous, `statements` (the
     group's ops one by one, a function of the same arguments) is returned instead; it
     also runs where a fed array is not of the shape and dtype rendered or not
     C-contiguous, and where the C returns non-zero (a one-hot's class id out of range:
@@ -409,7 +411,7 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=())
                 if m == k or a is None or not np.may_share_memory(a, o):
                     continue
                 exact = a.ctypes.data == o.ctypes.data and a.shape == o.shape and \
-                    a.strides == o.strides and o.size == rows * width
+                    o.itemsize <= a.itemsize and o.size == rows * width
                 if not exact:
                     return statements
     addresses = [None if a is None else a.ctypes.data for a in arrays]
