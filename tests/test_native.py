@@ -640,3 +640,27 @@ def test_casts_and_one_hots_of_fed_arrays_run_in_c_and_bad_ids_raise(monkeypatch
     assert "np.copyto(" not in body and "K.one_hot(" not in body and "np.multiply(" not in body
     for got, expected in zip(results[True], results[False]):
         assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(16,), (16, 7)])
+def test_a_cast_to_float32_whose_float64_argument_dies_runs_in_c(shape, monkeypatch):
+    """A float64 value cast to float32 and dying there (as weight decay's terms do): the
+    memory plan puts the next float32 value (here of a variable) in its buffer; the group
+    still runs in C (each element read before any narrower write reaches it), equal to
+    the bit."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=shape)
+    xs = ng.placeholder(shape, dtype=np.float64, name="x")
+    bias = ng.variable(shape, dtype=np.float32, initial_value=rng.normal(size=shape))
+    out = ng.cast(xs * 3.0, np.float32) + bias * 0.5
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(out, xs)
+            results[native_kernels] = comp(x)
+            source = comp.source
+        monkeypatch.undo()
+    assert f"K.view(buffers[0], {shape}, np.float32)" in source     # over the float64
+    assert prepared["sweeps"] == 2
+    assert results[True].tobytes() == results[False].tobytes()
