@@ -33,8 +33,9 @@ writer checks, when it binds the buffers, that no other overlap exists within a 
 
 The views made once (`computation.bind_views`): a reshape, transpose, slice or broadcast
 of a variable or planned buffer, or of such a view (a reshape only of a whole buffer or
-of a view known C-contiguous: of another it would copy), is the same array at every call. The pass sets
-`computation.row_sweeps` (a list of op lists) and `bind_views`; it rewrites nothing.
+of a view known C-contiguous: of another it would copy), is the same array at every
+call. The pass sets `computation.row_sweeps` (a list of op lists) and `bind_views`; it
+rewrites nothing.
 """
 import platform
 import re

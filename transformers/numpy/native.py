@@ -384,19 +384,19 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=())
     `inputs`, None there, and the shape and dtype each was rendered for), then the call
     number where the group has a dropout. `segments`: each segment's (rows, F), the
     positions, in inputs + outputs + [live], of the arrays it reads or writes, and
-    optionally of those it writes (else every output among them). Segments
-    run one after another, as the ops one by one would; within one, an output may share
-    memory with another of its arrays only element for element, a whole (rows, F) array
-    from the same address, its elements no wider than the other's (a value over one of
-    a wider type, such as the float64 a cast to float32 read: element i's write then
-    reaches no byte of an element after i): the memory plan makes such sharing only
-    where a value dies as the next is made, which passes in step order keep right; any
-    other overlap could be read after the group wrote it. There, or where an array is not C-contiguous, `statements` (the
-    group's ops one by one, a function of the same arguments) is returned instead; it
-    also runs where a fed array is not of the shape and dtype rendered or not
-    C-contiguous, and where the C returns non-zero (a one-hot's class id out of range:
-    the statements raise the error naming it). A fed array's address is taken again
-    only when it is another array than at the last call."""
+    optionally of those it writes (else every output among them). Segments run one
+    after another, as the ops one by one would; within one, an output may share memory
+    with another of its arrays only element for element, a whole (rows, F) array from
+    the same address, its elements no wider than the other's (float32 values over the
+    float64 a cast read: element i's write reaches no byte of a later element): the
+    memory plan makes such sharing only where a value dies as the next is made, which
+    passes in step order keep right; any other overlap could be read after the group
+    wrote it. There, or where an array is not C-contiguous, `statements` (the group's
+    ops one by one, a function of the same arguments) is returned instead; they also
+    run where a fed array is not of the shape and dtype rendered or not C-contiguous,
+    and where the C returns non-zero (a one-hot's class id out of range: the statements
+    raise the error naming it). A fed array's address is taken again only when it is
+    another array than at the last call."""
     arrays = list(inputs) + list(outputs) + ([] if live is None else [live])
     written = set(range(len(inputs), len(inputs) + len(outputs)))
     if not all(a is None or a.flags.c_contiguous for a in arrays):

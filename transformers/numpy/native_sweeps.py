@@ -150,17 +150,17 @@ class SweepFunctions(CFunctions):
         segments = []
         for segment in split_segments(group):
             rows, width = row_shape(segment[0])
+            # Only a segment of batch-norm ops reads the live count: another group member
+            # may make it, in an earlier segment.
+            reads_live = live is not None and any(isinstance(op, LiveRowsOp) for op in segment)
             if standalone(segment[0]):
                 lines += self.render_standalone(segment[0], param, t)
             else:
-                # Only a segment of batch-norm ops reads the live count: another group
-                # member may make it, in an earlier segment.
-                lines += self.render_segment(segment, param, t, rows, width, live is not None and
-                                             any(isinstance(op, LiveRowsOp) for op in segment))
+                lines += self.render_segment(segment, param, t, rows, width, reads_live)
             writes = {position[op] for op in segment}
             used = writes | {position[a] for op in segment for a in operands(op)
                              if a in position}
-            if live is not None and any(isinstance(op, LiveRowsOp) for op in segment):
+            if reads_live:
                 used.add(position[live])
             segments.append(((rows, width), tuple(sorted(used)), tuple(sorted(writes))))
         lines += ["    return 0;", "}"]

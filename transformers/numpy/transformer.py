@@ -327,7 +327,8 @@ class ModuleWriter:
         fallback, call = "sweep" + first[1:], "call" + first[1:]
         # The arrays fed to the step, passed at each call, then a dropout's call number.
         fed = [k for k, a in enumerate(inputs) if isinstance(a, Placeholder)]
-        params = ", ".join([self.name_of(inputs[k]) for k in fed] + ["step"] * stepped)
+        params = ", ".join([self.name_of(inputs[k]) for k in fed] +
+                           (["step"] if stepped else []))
         self.bind_lines += [f"def {fallback}({params}):"] + ["    " + s for s in statements]
         arrays = ["None" if k in fed else self.name_of(a) for k, a in enumerate(inputs)]
         outputs = [self.names[op] for op in group]
