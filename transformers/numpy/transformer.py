@@ -326,20 +326,26 @@ class ModuleWriter:
             name, args, comment = self.sweep_values[op]
             statements += [s + comment for s in self.codegen.generate_op(op, name, args)]
             comments.append(op_comment(op, self.value_names))
-        function, inputs, live, segments = self.sweeps.add(group, comments)
+        function, inputs, live, segments, stepped = self.sweeps.add(group, comments)
         first = self.names[group[0]]
         fallback, call = "sweep" + first[1:], "call" + first[1:]
-        self.bind_lines += [f"def {fallback}():"] + ["    " + s for s in statements]
-        arrays = [self.name_of(a) for a in inputs]
+        # The arrays fed to the step, passed at each call, then a dropout's call number.
+        fed = [k for k, a in enumerate(inputs) if isinstance(a, Placeholder)]
+        params = ", ".join([self.name_of(inputs[k]) for k in fed] +
+                           (["step"] if stepped else []))
+        self.bind_lines += [f"def {fallback}({params}):"] + ["    " + s for s in statements]
+        arrays = ["None" if k in fed else self.name_of(a) for k, a in enumerate(inputs)]
         outputs = [self.names[op] for op in group]
+        fed_shapes = "".join(f"({k}, {inputs[k].shape}, np.{inputs[k].dtype.name}), "
+                             for k in fed)
         self.bind_lines.append(
             f"{call} = N.prepare_sweep({self.ref('native', self.sweeps)}.library.{function}, "
             f"({''.join(a + ', ' for a in arrays)}), ({''.join(o + ', ' for o in outputs)}), "
             f"{'None' if live is None else self.name_of(live)}, {tuple(segments)}, "
-            f"{fallback})")
+            f"{fallback}{f', fed=({fed_shapes})' if fed else ''})")
         self.body += [f"# {c}" for c in comments]
-        self.body.append(f"{call}()  # {', '.join(self.value_names[op] for op in group)} in "
-                         "one C function (native_sweeps.py)")
+        self.body.append(f"{call}({params})  # {', '.join(self.value_names[op] for op in group)} "
+                         "in one C function (native_sweeps.py)")
 
     def bind_value(self, op):
         """The name of `op`'s array (bound to its planned view, or the variable it is
