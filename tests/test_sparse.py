@@ -76,6 +76,51 @@ def test_sparse_dropout_keeps_the_dense_values_bit_for_bit(transformer_factory):
         assert 0 < np.count_nonzero(a) < value.nnz
 
 
+def awkward_csr(n, f, dtype):
+    """Random values, with a row holding no values and a full row and a full column, each
+    longer than the chunk of values a GPU work-group stages at a time."""
+    matrix = scipy.sparse.random(n, f, density=0.05, format="lil", dtype=dtype,
+                                 random_state=9)
+    matrix[5, :] = 1.0 + np.arange(f, dtype=dtype) / f
+    matrix[:, 7] = (2.0 + np.arange(n, dtype=dtype) / n)[:, None]
+    matrix[3, :] = 0
+    matrix = matrix.tocsr()
+    matrix.eliminate_zeros()
+    return matrix
+
+
+# 301 rows fill no whole number of work-groups (2 rows each for 64 or 100 columns, 128 for
+# one); 100 columns take two passes of 64 work-items, the second partly idle.
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("rate", [0.0, 0.5])
+@pytest.mark.parametrize("columns", [1, 64, 100])
+def test_sparse_products_over_empty_long_and_grouped_rows(transformer_factory, dtype, rtol,
+                                                          rate, columns):
+    """X @ W (over X's rows) and X^T @ D (over its columns, the gradient of W) equal the
+    products of the dense kept values, the mask each call draws included."""
+    n, f = 301, 300
+    value = awkward_csr(n, f, dtype)
+    rng = np.random.default_rng(4)
+    w_value = rng.standard_normal((f, columns)).astype(dtype)
+    d_value = rng.standard_normal((n, columns)).astype(dtype)
+    xs = ng.placeholder((n, f), dtype=dtype, sparse=True, name="xs")
+    xd = ng.placeholder((n, f), dtype=dtype, name="xd")
+    d = ng.placeholder((n, columns), dtype=dtype, name="d")
+    w = ng.variable((f, columns), dtype=dtype, initial_value=w_value, name="w")
+    h = ng.dot(ng.dropout(xs, rate, seed=13), w)
+    t = transformer_factory()
+    products = t.computation([h, ng.grad(ng.sum(h * d), w)], xs, d)
+    kept_values = t.computation(ng.dropout(xd, rate, seed=13) * 1.0, xd)
+    for _ in range(2):
+        (xw, xtd), kept = products(value, d_value), kept_values(value.toarray())
+        kept = kept.astype(np.float64)
+        scale = np.abs(kept) @ np.abs(w_value)
+        np.testing.assert_allclose(xw, kept @ w_value, rtol=rtol, atol=rtol * scale.max())
+        scale = np.abs(kept.T) @ np.abs(d_value)
+        np.testing.assert_allclose(xtd, kept.T @ d_value, rtol=rtol,
+                                   atol=rtol * scale.max())
+
+
 def test_sparse_gradient_matches_finite_differences():
     value = csr(4).astype(np.float64)
     w_value = weights(5).astype(np.float64)
