@@ -7,6 +7,8 @@ import scipy.sparse
 
 import ngnn as ng
 from ngnn import datasets, nn, optim
+from ngnn.op_graph import Dropout
+from ngnn.op_graph.sparse import SparseDropout
 from ngnn.train import Trainer, normalize_features, use_sparse
 
 N, F, H = 30, 20, 5
@@ -119,6 +121,37 @@ def test_sparse_products_over_empty_long_and_grouped_rows(transformer_factory, d
         scale = np.abs(kept.T) @ np.abs(d_value)
         np.testing.assert_allclose(xtd, kept.T @ d_value, rtol=rtol,
                                    atol=rtol * scale.max())
+
+
+class PartOfALargerGraph(ng.Graph):
+    """A graph whose vertices are other ids of a larger graph, as a rank's or a chunk's
+    are: dropouts over its rows draw the larger graph's masks at those ids."""
+
+    def global_rows(self, rows):
+        return self, "global_node_ids"
+
+
+def test_sparse_dropout_keyed_by_global_rows_equals_the_dense_one(transformer_factory):
+    """The sparse dropout of X @ W and X^T @ D keeps the values the dense dropout keyed by
+    the same global ids keeps, not those of the rows' own ids."""
+    n, f, h = 120, 200, 64
+    g = PartOfALargerGraph.from_edges([0], [1], num_nodes=n)
+    g.global_node_ids = np.random.default_rng(3).permutation(1000)[:n]
+    value = csr(2, n, f, density=0.2)
+    w_value = np.random.default_rng(1).standard_normal((f, h)).astype(np.float32)
+    xs = ng.placeholder((n, f), sparse=True, name="xs")
+    xd = ng.placeholder((n, f), name="xd")
+    w = ng.variable((f, h), initial_value=w_value, name="w")
+    product = ng.dot(SparseDropout(xs, 0.5, seed=9, rows=g.global_rows("n")), w)
+    t = transformer_factory()
+    products = t.computation([product, ng.grad(ng.sum(product * product), w)], xs)
+    keyed = t.computation(Dropout(xd, 0.5, seed=9, rows=g.global_rows("n")) * 1.0, xd)
+    unkeyed = t.computation(Dropout(xd, 0.5, seed=9) * 1.0, xd)
+    (xw, grad), kept = products(value), keyed(value.toarray()).astype(np.float64)
+    assert (kept != unkeyed(value.toarray())).any()
+    np.testing.assert_allclose(xw, kept @ w_value, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(grad, kept.T @ (2 * xw.astype(np.float64)), rtol=1e-5,
+                               atol=1e-3)
 
 
 def test_sparse_gradient_matches_finite_differences():
