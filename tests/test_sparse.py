@@ -7,6 +7,8 @@ import scipy.sparse
 
 import ngnn as ng
 from ngnn import datasets, nn, optim
+from ngnn.op_graph import Dropout
+from ngnn.op_graph.sparse import SparseDropout
 from ngnn.train import Trainer, normalize_features, use_sparse
 
 N, F, H = 30, 20, 5
@@ -74,6 +76,82 @@ def test_sparse_dropout_keeps_the_dense_values_bit_for_bit(transformer_factory):
         a, b = sparse(value), dense(value.toarray())
         assert a.view(np.uint32).tolist() == b.view(np.uint32).tolist()
         assert 0 < np.count_nonzero(a) < value.nnz
+
+
+def awkward_csr(n, f, dtype):
+    """Random values, with a row holding no values and a full row and a full column, each
+    longer than the chunk of values a GPU work-group stages at a time."""
+    matrix = scipy.sparse.random(n, f, density=0.05, format="lil", dtype=dtype,
+                                 random_state=9)
+    matrix[5, :] = 1.0 + np.arange(f, dtype=dtype) / f
+    matrix[:, 7] = (2.0 + np.arange(n, dtype=dtype) / n)[:, None]
+    matrix[3, :] = 0
+    matrix = matrix.tocsr()
+    matrix.eliminate_zeros()
+    return matrix
+
+
+# 301 rows fill no whole number of work-groups (2 rows each for 64 or 100 columns, 128 for
+# one); 100 columns take two passes of 64 work-items, the second partly idle.
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("rate", [0.0, 0.5])
+@pytest.mark.parametrize("columns", [1, 64, 100])
+def test_sparse_products_over_empty_long_and_grouped_rows(transformer_factory, dtype, rtol,
+                                                          rate, columns):
+    """X @ W (over X's rows) and X^T @ D (over its columns, the gradient of W) equal the
+    products of the dense kept values, the mask each call draws included."""
+    n, f = 301, 300
+    value = awkward_csr(n, f, dtype)
+    rng = np.random.default_rng(4)
+    w_value = rng.standard_normal((f, columns)).astype(dtype)
+    d_value = rng.standard_normal((n, columns)).astype(dtype)
+    xs = ng.placeholder((n, f), dtype=dtype, sparse=True, name="xs")
+    xd = ng.placeholder((n, f), dtype=dtype, name="xd")
+    d = ng.placeholder((n, columns), dtype=dtype, name="d")
+    w = ng.variable((f, columns), dtype=dtype, initial_value=w_value, name="w")
+    h = ng.dot(ng.dropout(xs, rate, seed=13), w)
+    t = transformer_factory()
+    products = t.computation([h, ng.grad(ng.sum(h * d), w)], xs, d)
+    kept_values = t.computation(ng.dropout(xd, rate, seed=13) * 1.0, xd)
+    for _ in range(2):
+        (xw, xtd), kept = products(value, d_value), kept_values(value.toarray())
+        kept = kept.astype(np.float64)
+        scale = np.abs(kept) @ np.abs(w_value)
+        np.testing.assert_allclose(xw, kept @ w_value, rtol=rtol, atol=rtol * scale.max())
+        scale = np.abs(kept.T) @ np.abs(d_value)
+        np.testing.assert_allclose(xtd, kept.T @ d_value, rtol=rtol,
+                                   atol=rtol * scale.max())
+
+
+class PartOfALargerGraph(ng.Graph):
+    """A graph whose vertices are other ids of a larger graph, as a rank's or a chunk's
+    are: dropouts over its rows draw the larger graph's masks at those ids."""
+
+    def global_rows(self, rows):
+        return self, "global_node_ids"
+
+
+def test_sparse_dropout_keyed_by_global_rows_equals_the_dense_one(transformer_factory):
+    """The sparse dropout of X @ W and X^T @ D keeps the values the dense dropout keyed by
+    the same global ids keeps, not those of the rows' own ids."""
+    n, f, h = 120, 200, 64
+    g = PartOfALargerGraph.from_edges([0], [1], num_nodes=n)
+    g.global_node_ids = np.random.default_rng(3).permutation(1000)[:n]
+    value = csr(2, n, f, density=0.2)
+    w_value = np.random.default_rng(1).standard_normal((f, h)).astype(np.float32)
+    xs = ng.placeholder((n, f), sparse=True, name="xs")
+    xd = ng.placeholder((n, f), name="xd")
+    w = ng.variable((f, h), initial_value=w_value, name="w")
+    product = ng.dot(SparseDropout(xs, 0.5, seed=9, rows=g.global_rows("n")), w)
+    t = transformer_factory()
+    products = t.computation([product, ng.grad(ng.sum(product * product), w)], xs)
+    keyed = t.computation(Dropout(xd, 0.5, seed=9, rows=g.global_rows("n")) * 1.0, xd)
+    unkeyed = t.computation(Dropout(xd, 0.5, seed=9) * 1.0, xd)
+    (xw, grad), kept = products(value), keyed(value.toarray()).astype(np.float64)
+    assert (kept != unkeyed(value.toarray())).any()
+    np.testing.assert_allclose(xw, kept @ w_value, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(grad, kept.T @ (2 * xw.astype(np.float64)), rtol=1e-5,
+                               atol=1e-3)
 
 
 def test_sparse_gradient_matches_finite_differences():

@@ -39,6 +39,7 @@ WORK_GROUP = 256
 GEMM_TILE = 16
 FEATURE_THREADS = 64
 ROW_GROUP = 128
+SPARSE_STAGED = 256       # stored values a sparse product's work-group stages at a time
 CHUNKS_PER_GROUP = 2      # a partial kernel's work-group walks about as many edges as others
 # A graph's index arrays with one entry per edge (or per CSR slot).
 EDGE_INDEXED = {"src", "dst", "in_eids", "out_eids", "in_src", "out_dst", "in_to_out",
@@ -662,7 +663,7 @@ class GPUKernelGenerator(TypeDispatched):
         params = self.params()
         arrays = ("colptr", "rowidx") if transposed else ("indptr", "indices")
         ptr, idx = (params.sparse_array(source, part) for part in arrays)
-        block = Block(params, indent="            ")
+        block = Block(params, indent="                ")
         slot = f"{params.sparse_array(source, 'perm')}[k]" if transposed else "k"
         value = block.declare(op.dtype, f"{params.sparse_array(source, 'data')}[{slot}]")
         row, col = ("other", "row") if transposed else ("row", "other")
@@ -678,13 +679,17 @@ class GPUKernelGenerator(TypeDispatched):
             scale = literal(philox.keep_scale(d.rate, op.dtype), op.dtype)
             value = block.declare(op.dtype, f"({value} * {scale}) * ({t}){keep}",
                                   comment=comment)
-        dense_value = block.value(dense, ["other", "j"])
+        dense_block = Block(params, indent="                ")
+        dense_value = dense_block.value(dense, ["other", "j"])
         columns = op.shape[1]
         fields = {"ptr": ptr, "idx": idx, "columns": columns, "acc_type": ctype(op.dtype),
-                  "body": block.text(), "value": value, "dense": dense_value,
-                  "rows": op.shape[0]}
-        return self.kernel(op, "sparse_dot.j2", fields, params,
-                           *row_launch(op.shape[0], columns))
+                  "body": block.text(), "value": value, "dense_body": dense_block.text(),
+                  "dense": dense_value, "rows": op.shape[0]}
+        global_size, local_size = row_launch(op.shape[0], columns)
+        per_group = local_size[1]
+        fields.update(per_group=per_group,
+                      chunk=max(local_size[0], SPARSE_STAGED // per_group))
+        return self.kernel(op, "sparse_dot.j2", fields, params, global_size, local_size)
 
     @staticmethod
     def csr(params, graph, at, part):
