@@ -488,3 +488,37 @@ def test_layers_with_sweep_and_c_groups_equal_numpy(dtype, name):
     assert "native_sweeps.py" in source or "native_groups.py" in source
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(900, 37, 64), (64, 900, 64), (32, 64, 2), (2, 3, 2)])
+def test_products_through_numpys_bundled_blas_equal_matmul_to_the_bit(dtype, m, k, n):
+    from ngnn.transformers.numpy import native_blas
+    rng = np.random.default_rng(m + k + n)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    out = np.full((m, n), np.nan, dtype)
+    # NumPy wheels bundle scipy-openblas64; another build has no symbol and takes no product
+    assert native_blas.gemm_applies(a, b, out) == bool(native_blas.bundled_openblas())
+    if native_blas.gemm_applies(a, b, out):
+        np.testing.assert_array_equal(native_blas.gemm(a, b, out), a @ b)
+
+
+def test_one_row_or_column_and_other_layouts_stay_numpy_products():
+    from ngnn.transformers.numpy import native_blas
+    a, b = np.ones((1, 4)), np.ones((4, 3))
+    assert not native_blas.gemm_applies(a, b, np.empty((1, 3)))        # NumPy's gemv path
+    assert not native_blas.gemm_applies(b.T, a.T, np.empty((3, 1)))
+    c = np.ones((6, 4))
+    assert not native_blas.gemm_applies(c[::2], b, np.empty((3, 3)))   # not contiguous
+    assert not native_blas.gemm_applies(c, b.astype(np.float32), np.empty((6, 3)))
+
+
+def test_without_the_bundled_blas_no_product_is_taken_from_c(monkeypatch):
+    from ngnn.transformers.numpy import native_blas
+    monkeypatch.setattr(native_blas, "bundled_openblas", lambda: [])
+    native_blas.cblas_gemm.cache_clear()
+    try:
+        assert native_blas.cblas_gemm(np.float64) is None
+        assert not native_blas.gemm_applies(np.ones((3, 2)), np.ones((2, 3)), np.empty((3, 3)))
+    finally:
+        native_blas.cblas_gemm.cache_clear()
