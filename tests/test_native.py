@@ -490,35 +490,170 @@ def test_layers_with_sweep_and_c_groups_equal_numpy(dtype, name):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("m, k, n", [(900, 37, 64), (64, 900, 64), (32, 64, 2), (2, 3, 2)])
-def test_products_through_numpys_bundled_blas_equal_matmul_to_the_bit(dtype, m, k, n):
+def products_in_one_segment(products):
+    """One segment (native_segments.py) of the products `(a, b, out, live, contract)`:
+    np.matmul where live is None, else K.zero_row_matmul. Returns the segment's function
+    of `step`, whether each product is made in C, and the list of the products that ran
+    in Python (their statements' calls)."""
+    from ngnn.transformers.numpy.native_segments import Product, SegmentFunctions
+    functions = SegmentFunctions()
+    name, _, size = functions.add(
+        [Product(a.dtype, None if live is None else live.dtype, contract)
+         for a, b, out, live, contract in products],
+        [[f"product {k}"] for k in range(len(products))])
+    functions.load()
+    ran_in_python = []
+
+    def statement(k):
+        a, b, out, live, contract = products[k]
+        ran_in_python.append(k)
+        if live is None:
+            np.matmul(a, b, out=out)
+        else:
+            K.zero_row_matmul(a, b, live, contract, out)
+    slots = [native.product_arguments(a, b, out, *([] if live is None else [live, contract]))
+             for a, b, out, live, contract in products]
+    run = native.prepare_segment(getattr(functions.library, name), size, slots,
+                                 [lambda step, k=k: statement(k) for k in range(len(products))],
+                                 ())
+    return run, [s is not None for s in slots], ran_in_python
+
+
+def bundled_blas():
     from ngnn.transformers.numpy import native_blas
+    if not native_blas.bundled_openblas():
+        pytest.skip("this NumPy bundles no scipy-openblas64: every product stays NumPy's")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(900, 37, 64), (64, 900, 64), (32, 64, 2), (2, 3, 2),
+                                     (1, 900, 64), (1, 2, 2)])
+def test_products_from_c_equal_matmul_to_the_bit(dtype, m, k, n):
+    """A product a segment makes through NumPy's bundled BLAS equals np.matmul's to the
+    bit: matrix @ matrix (gemm) with either operand transposed, row @ matrix (gemv)."""
+    bundled_blas()
     rng = np.random.default_rng(m + k + n)
     a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
-    out = np.full((m, n), np.nan, dtype)
-    # NumPy wheels bundle scipy-openblas64; another build has no symbol and takes no product
-    assert native_blas.gemm_applies(a, b, out) == bool(native_blas.bundled_openblas())
-    if native_blas.gemm_applies(a, b, out):
-        np.testing.assert_array_equal(native_blas.gemm(a, b, out), a @ b)
+    cases = [(a, b), (np.ascontiguousarray(a.T).T, b), (a, np.ascontiguousarray(b.T).T)]
+    outs = [np.full((m, n), np.nan, dtype) for _ in cases]
+    run, in_c, ran_in_python = products_in_one_segment(
+        [(x, y, out, None, False) for (x, y), out in zip(cases, outs)])
+    run(0)
+    assert all(in_c) and ran_in_python == []
+    for (x, y), out in zip(cases, outs):
+        np.testing.assert_array_equal(out, np.matmul(x, y))
 
 
-def test_one_row_or_column_and_other_layouts_stay_numpy_products():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("live", [0, 1, 1.5, 2, 17, 40, 55.0])
+def test_zero_row_products_from_c_read_the_live_count(dtype, live):
+    """K.zero_row_matmul in a segment, both kinds (the weight gradient's contraction over
+    a transposed operand, and its ones-row bias gradient, by gemv) beside a plain
+    product: each count from 2 to the rows in C, equal to the bit; below 2 (np.matmul's
+    gemv or own loop) the segment stops and Python makes the rest."""
+    bundled_blas()
+    rng = np.random.default_rng(3)
+    rows = 40
+    x = rng.standard_normal((rows, 6)).astype(dtype)
+    x[int(np.ceil(min(live, rows))):] = 0
+    delta = rng.standard_normal((rows, 5)).astype(dtype)
+    weight = rng.standard_normal((6, 5)).astype(dtype)
+    count = np.array([live], dtype)
+    ones = np.ones((1, rows), dtype)
+    products = [(x, weight, np.full((rows, 5), np.nan, dtype), count, False),
+                (x.T, delta, np.full((6, 5), np.nan, dtype), count, True),
+                (ones, delta, np.full((1, 5), np.nan, dtype), count, True),
+                (x, weight, np.full((rows, 5), np.nan, dtype), None, False)]
+    run, in_c, ran_in_python = products_in_one_segment(products)
+    run(0)
+    assert all(in_c)
+    assert ran_in_python == ([] if np.ceil(live) >= 2 else [0, 1, 2, 3])
+    for a, b, out, count_, contract in products:
+        expected = np.empty_like(out)
+        if count_ is None:
+            np.matmul(a, b, out=expected)
+        else:
+            K.zero_row_matmul(a, b, count_, contract, expected)
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_a_live_count_that_is_not_a_number_raises_as_numpy_does():
+    bundled_blas()
+    x, weight = np.ones((8, 3)), np.ones((3, 4))
+    run, _, ran_in_python = products_in_one_segment(
+        [(x, weight, np.empty((8, 4)), np.array([np.nan]), False)])
+    with pytest.raises(ValueError):
+        run(0)
+    assert ran_in_python == [0]
+
+
+def test_products_numpy_makes_otherwise_stay_numpy_products():
+    """A column, an inner axis of 1, an output over an operand, a matrix times its own
+    transpose (NumPy's syrk), a non-contiguous fast axis, mixed dtypes: no slots, so a
+    segment holding one runs its statements one by one."""
     from ngnn.transformers.numpy import native_blas
-    a, b = np.ones((1, 4)), np.ones((4, 3))
-    assert not native_blas.gemm_applies(a, b, np.empty((1, 3)))        # NumPy's gemv path
-    assert not native_blas.gemm_applies(b.T, a.T, np.empty((3, 1)))
-    c = np.ones((6, 4))
-    assert not native_blas.gemm_applies(c[::2], b, np.empty((3, 3)))   # not contiguous
-    assert not native_blas.gemm_applies(c, b.astype(np.float32), np.empty((6, 3)))
+    a, b = np.ones((6, 4)), np.ones((4, 3))
+    assert native_blas.matmul_call(a, b[:, :1], np.empty((6, 1))) is None
+    assert native_blas.matmul_call(a[:, :1], b[:1], np.empty((6, 3))) is None
+    shared = np.ones((6, 6))
+    assert native_blas.matmul_call(shared, shared[:, :3], shared[:, 3:]) is None
+    assert native_blas.matmul_call(a, a.T, np.empty((6, 6))) is None
+    assert native_blas.matmul_call(np.ones((6, 8))[:, ::2], b, np.empty((6, 3))) is None
+    assert native_blas.matmul_call(a, b.astype(np.float32), np.empty((6, 3))) is None
+    assert native.product_arguments(a, b[:, :1], np.empty((6, 1))) is None
 
 
-def test_without_the_bundled_blas_no_product_is_taken_from_c(monkeypatch):
+def test_without_the_bundled_blas_products_stay_numpy_calls(monkeypatch):
+    """Another NumPy build (no scipy-openblas64): no product joins a segment; the sweep
+    and fused groups still do, and the step computes what it computes with the BLAS."""
     from ngnn.transformers.numpy import native_blas
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    with_blas = gin_trainer(data, np.float64, native=True)
+    expected = step_gradients(with_blas)
     monkeypatch.setattr(native_blas, "bundled_openblas", lambda: [])
-    native_blas.cblas_gemm.cache_clear()
+    native_blas.cblas.cache_clear()
     try:
-        assert native_blas.cblas_gemm(np.float64) is None
-        assert not native_blas.gemm_applies(np.ones((3, 2)), np.ones((2, 3)), np.empty((3, 3)))
+        without = gin_trainer(data, np.float64, native=True)
+        got = step_gradients(without)
+        source = without.train_step.source
     finally:
-        native_blas.cblas_gemm.cache_clear()
+        monkeypatch.undo()
+        native_blas.cblas.cache_clear()
+    assert "N.product_arguments(" not in source and "N.prepare_segment(" in source
+    assert "np.matmul(" in source and "K.zero_row_matmul(" in source
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
+    """GIN-0 with batch norm, two epochs: every segment of the training step runs in C
+    (none falls back) and gives, to the bit, the losses and weights of the same step with
+    each segment's statements run one by one (the native step without segments); its
+    source still comments every IR statement a segment computes, in order."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    prepare_segment, made = native.prepare_segment, []
+
+    def spy(function, size, members, statements, graphs):
+        run = prepare_segment(function, size, members, statements, graphs)
+        made.append(run)
+        return run
+
+    def one_by_one(function, size, members, statements, graphs):
+        return prepare_segment(function, size, [None], statements, graphs)
+    results = []
+    for prepare in (spy, one_by_one):
+        monkeypatch.setattr(native, "prepare_segment", prepare)
+        trainer = gin_trainer(data, dtype, native=True)
+        losses = [trainer.train_epoch(np.arange(12), epoch) for epoch in range(2)]
+        results.append(losses + [trainer.transformer.variable_value(v)
+                                 for v in trainer.variables])
+        source = trainer.train_step.source
+        monkeypatch.undo()
+    assert len(made) >= 5 and all(run.__name__ == "run" for run in made)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    body = source[source.index("    def run("):].splitlines()
+    segment = next(k for k, line in enumerate(body) if "segment_" in line and "(step)" in line)
+    above = [line.strip() for line in body[:segment] if line.strip().startswith("# %")]
+    assert any(line.startswith("# %") and "zero_row_dot(" in line for line in above)

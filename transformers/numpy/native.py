@@ -34,6 +34,7 @@ import warnings
 import numpy as np
 
 from . import kernels as K
+from . import native_blas
 
 SOURCE = r"""
 #include <math.h>
@@ -374,6 +375,7 @@ def prepare_elementwise(function, args, out, statement):
         function(*addresses)
         return out
     call.arrays = (args, out)       # alive as long as their addresses are used
+    call.c_call = (function, addresses)         # for a segment (call_arguments)
     return call
 
 
@@ -410,6 +412,7 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements):
     def call():
         function(*addresses)
     call.arrays = arrays        # alive as long as their addresses are used
+    call.c_call = (function, addresses)         # for a segment (call_arguments)
     return call
 
 
@@ -430,19 +433,27 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
     output_addresses = tuple(o.ctypes.data for o in outputs)
     last = {"inputs": None, "addresses": None}
 
+    def addresses(args):
+        """The addresses of the inputs among `args` and of the outputs, or None where an
+        input is not what the C was rendered for."""
+        inputs = tuple(args[k] for k in order)
+        if all(a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+               for a, shape in zip(inputs, shapes)):
+            return tuple(a.ctypes.data for a in inputs) + output_addresses
+        return None
+
     def call(*args):
         graph_addresses = csr_addresses(graph, csr, other, rows, index_dtype)
         inputs = tuple(args[k] for k in order)
         known = last["inputs"]
         if known is None or any(a is not b for a, b in zip(inputs, known)):
             last["inputs"] = inputs     # kept alive while their addresses are used
-            last["addresses"] = tuple(a.ctypes.data for a in inputs) + output_addresses \
-                if all(a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
-                       for a, shape in zip(inputs, shapes)) else None
+            last["addresses"] = addresses(args)
         if graph_addresses is None or last["addresses"] is None:
             return python(*args)
         function(rows, *graph_addresses, *last["addresses"])
     call.arrays = outputs       # alive as long as their addresses are used
+    call.c_group = (function, rows, addresses)      # for a segment (group_arguments)
     return call
 
 
@@ -484,3 +495,91 @@ def prepare_copies(pairs):
             np.copyto(variable, value)
     copies.arrays = (pairs, table)     # alive as long as their addresses are used
     return copies
+
+
+# Segments (native_segments.py): each statement's slots in the segment's table, or None
+# where the statement does not run as C (the segment then runs its statements one by one).
+
+def call_arguments(call):
+    """A prepared sweep group's or element-wise op's slots: its function's address and
+    its arguments; None where the NumPy statements were prepared instead."""
+    if not hasattr(call, "c_call"):
+        return None
+    function, arguments = call.c_call
+    return [ctypes.cast(function, ctypes.c_void_p).value, *arguments]
+
+
+def group_arguments(call, inputs):
+    """A fused group's slots over `inputs` (its call's arguments but `step`): its
+    function's address, its vertices, its inputs' and outputs' addresses (the CSR's are
+    the segment's first slots); None where its Python function runs."""
+    if not hasattr(call, "c_group"):
+        return None
+    function, rows, addresses = call.c_group
+    found = addresses(inputs)
+    return None if found is None else \
+        [ctypes.cast(function, ctypes.c_void_p).value, rows, *found]
+
+
+def product_arguments(a, b, out, live=None, contract=False):
+    """The slots of `np.matmul(a, b, out=out)`, or with `live` of
+    `K.zero_row_matmul(a, b, live, contract, out)`: the BLAS routine's address and the
+    call np.matmul makes with it (native_blas.matmul_call), and the live count's address;
+    None where np.matmul makes no such call. A zero-row product reads its live count in
+    the C, and its call must be the same but for that count from 2 to all rows (else
+    None), as np.matmul would make it over the live rows."""
+    if live is None:
+        call = native_blas.matmul_call(a, b, out)
+        extra = []
+    else:
+        rows = b.shape[0] if contract else a.shape[0]
+
+        def at(n):
+            return native_blas.matmul_call(a[:, :n], b[:n], out) if contract else \
+                native_blas.matmul_call(a[:n], b, out[:n])
+        call, least = at(rows), at(2)
+        if call is None or least is None or \
+                call[:3] + call[4:5] + call[6:] != least[:3] + least[4:5] + least[6:] or \
+                live.shape != (1,) or live.dtype not in SUFFIX:
+            return None
+        extra = [live.ctypes.data]
+    if call is None:
+        return None
+    routine, flag_a, flag_b, m, n, k, lda, ldb, ldc = call
+    return [native_blas.address(routine, a.dtype), routine, flag_a, flag_b, m, n, k,
+            a.ctypes.data, lda, b.ctypes.data, ldb, out.ctypes.data, ldc] + extra
+
+
+def prepare_segment(function, size, members, statements, graphs):
+    """A segment's C function `function` as a function of `step`, its table of `size`
+    slots made now: the CSR's slots first (for each of `graphs`: graph, csr, other
+    column, vertices, index dtype), then each statement's (`members`). The C returns how
+    many statements it ran; `statements` (each a function of `step`) run the rest, and
+    all of them where a statement does not run as C or a CSR does not fit."""
+    def one_by_one(step):
+        for statement in statements:
+            statement(step)
+    if any(member is None for member in members):
+        return one_by_one
+    table = np.array([0] * (2 * len(graphs)) + [v for m in members for v in m], np.int64)
+    if table.size != size:
+        raise RuntimeError(f"a segment's table has {table.size} slots; its C reads {size}")
+    address, count = table.ctypes.data, len(statements)
+    last = [None] * len(graphs)
+
+    def run(step):
+        done = 0
+        for k, (graph, csr, other, rows, index_dtype) in enumerate(graphs):
+            addresses = csr_addresses(graph, csr, other, rows, index_dtype)
+            if addresses is None:
+                break
+            if addresses is not last[k]:
+                table[2 * k:2 * k + 2] = addresses
+                last[k] = addresses     # kept: no later tuple takes its identity
+        else:
+            done = function(address)
+        if done < count:
+            for statement in statements[done:]:
+                statement(step)
+    run.arrays = (table, members)
+    return run
