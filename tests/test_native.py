@@ -657,3 +657,33 @@ def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
     segment = next(k for k, line in enumerate(body) if "segment_" in line and "(step)" in line)
     above = [line.strip() for line in body[:segment] if line.strip().startswith("# %")]
     assert any(line.startswith("# %") and "zero_row_dot(" in line for line in above)
+
+
+def test_a_segment_passes_its_call_number_to_a_step_parameter():
+    """A callee's parameter `step` (a function that draws dropout masks takes the call
+    number) gets the segment's `step`; every other parameter comes from its table, here
+    two calls in order, the second reading what the first wrote."""
+    import types
+    from ngnn.transformers.numpy.native_elementwise import CFunctions
+    from ngnn.transformers.numpy.native_segments import Call, SegmentFunctions
+
+    class Steppers(CFunctions):
+        prefix = "stepper"
+    callees = Steppers()
+    callees.functions.append("void stepper0(unsigned long long step, const double *a0, "
+                             "double *o0) {\n    o0[0] = a0[0] * 10 + (double)step;\n}\n")
+    callees.arity.append(2)
+    callees.load()
+    segments = SegmentFunctions()
+    name, graphs, size = segments.add([Call(callees, "stepper0"), Call(callees, "stepper0")],
+                                      [["%1 = first"], ["%2 = second"]])
+    segments.load()
+    x, y, z = np.array([1.0]), np.zeros(1), np.zeros(1)
+    calls = [types.SimpleNamespace(c_call=(callees.library.stepper0, [a.ctypes.data,
+                                                                      b.ctypes.data]))
+             for a, b in ((x, y), (y, z))]
+    run = native.prepare_segment(getattr(segments.library, name), size,
+                                 [native.call_arguments(c) for c in calls],
+                                 [None, None], graphs)
+    run(7)
+    assert (y[0], z[0]) == (17.0, 177.0)

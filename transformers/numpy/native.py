@@ -577,7 +577,7 @@ def prepare_segment(function, size, members, statements, graphs):
                 table[2 * k:2 * k + 2] = addresses
                 last[k] = addresses     # kept: no later tuple takes its identity
         else:
-            done = function(address)
+            done = function(address, step)
         if done < count:
             for statement in statements[done:]:
                 statement(step)

@@ -146,13 +146,19 @@ def declaration(functions, name):
 
 def parameter_type(parameter):
     """`const float *a0` -> `const float *`; `long n_v` -> `long`."""
-    return re.match(r"^(.*?)\s*\w+$", parameter).group(1).rstrip() or parameter
+    return re.match(r"^(.*?)\s*\w+$", parameter).group(1).rstrip()
+
+
+def parameter_name(parameter):
+    """`const float *a0` -> `a0`."""
+    return re.search(r"(\w+)$", parameter).group(1)
 
 
 class SegmentFunctions(CFunctions):
-    """The segments of one computation as C functions `segment<k>(table)`, each returning
-    how many of its statements it ran: `add(members, comments)` renders one, `load()`
-    compiles all."""
+    """The segments of one computation as C functions `segment<k>(table, step)`, each
+    returning how many of its statements it ran: `add(members, comments)` renders one,
+    `load()` compiles all. A callee's parameter named `step` (a function that draws
+    dropout masks: the call number, the run function's `step`) gets the segment's."""
     prefix = "segment"
 
     def __init__(self):
@@ -163,7 +169,8 @@ class SegmentFunctions(CFunctions):
         self.library = ctypes.CDLL(native.build(self.source(), "segments"))
         for k in range(len(self.functions)):
             function = getattr(self.library, f"{self.prefix}{k}")
-            function.argtypes, function.restype = [ctypes.c_void_p], ctypes.c_long
+            function.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+            function.restype = ctypes.c_long
 
     def source(self):
         return PRELUDE + "\n" + "\n".join(self.functions)
@@ -202,6 +209,9 @@ class SegmentFunctions(CFunctions):
             function, slot = slot, slot + 1
             arguments = []
             for j, parameter in enumerate(parameters):
+                if parameter_name(parameter) == "step":
+                    arguments.append("step")        # the call number, the segment's
+                    continue
                 if member.csr is not None and j in (1, 2):     # indptr, columns
                     position = 2 * next(i for i, c in enumerate(csr) if c[0] is member.csr[0]
                                         and c[1:] == member.csr[1:]) + j - 1
@@ -210,7 +220,7 @@ class SegmentFunctions(CFunctions):
                 arguments.append(f"({parameter_type(parameter)})(intptr_t)p[{position}]")
             body.append(f"    (({callee} *)(intptr_t)p[{function}])(" +
                         ", ".join(arguments) + ");")
-        lines += [f"long {name}(const int64_t *p) {{"] + body + \
+        lines += [f"long {name}(const int64_t *p, unsigned long long step) {{"] + body + \
             [f"    return {len(members)};", "}"]
         self.functions.append("\n".join(lines) + "\n")
         return name, csr, slot
