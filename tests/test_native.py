@@ -659,10 +659,12 @@ def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
     assert any(line.startswith("# %") and "zero_row_dot(" in line for line in above)
 
 
-def test_a_segment_passes_its_call_number_to_a_step_parameter():
+def test_a_segment_passes_its_call_number_and_stops_where_a_callee_did_not_run():
     """A callee's parameter `step` (a function that draws dropout masks takes the call
-    number) gets the segment's `step`; every other parameter comes from its table, here
-    two calls in order, the second reading what the first wrote."""
+    number) gets the segment's `step`, every other parameter a slot of its table; a
+    callee returning int that returns nonzero did not run, and the segment leaves that
+    statement and the rest to Python. Here three calls in order, each reading what the
+    one before wrote; the second does not run at odd call numbers."""
     import types
     from ngnn.transformers.numpy.native_elementwise import CFunctions
     from ngnn.transformers.numpy.native_segments import Call, SegmentFunctions
@@ -670,20 +672,33 @@ def test_a_segment_passes_its_call_number_to_a_step_parameter():
     class Steppers(CFunctions):
         prefix = "stepper"
     callees = Steppers()
-    callees.functions.append("void stepper0(unsigned long long step, const double *a0, "
-                             "double *o0) {\n    o0[0] = a0[0] * 10 + (double)step;\n}\n")
-    callees.arity.append(2)
+    callees.functions += [
+        "void stepper0(unsigned long long step, const double *a0, double *o0) {\n"
+        "    o0[0] = a0[0] * 10 + (double)step;\n}\n",
+        "int stepper1(const double *a0, double *o0, unsigned long long step) {\n"
+        "    if (step % 2) return 1;\n    o0[0] = a0[0] * 10;\n    return 0;\n}\n"]
+    callees.arity += [2, 2]
     callees.load()
     segments = SegmentFunctions()
-    name, graphs, size = segments.add([Call(callees, "stepper0"), Call(callees, "stepper0")],
-                                      [["%1 = first"], ["%2 = second"]])
+    members = [Call(callees, "stepper0"), Call(callees, "stepper1"), Call(callees, "stepper0")]
+    name, graphs, size = segments.add(members, [["%1 = a"], ["%2 = b"], ["%3 = c"]])
     segments.load()
-    x, y, z = np.array([1.0]), np.zeros(1), np.zeros(1)
-    calls = [types.SimpleNamespace(c_call=(callees.library.stepper0, [a.ctypes.data,
-                                                                      b.ctypes.data]))
-             for a, b in ((x, y), (y, z))]
+    x, y, z, w = np.array([1.0]), np.zeros(1), np.zeros(1), np.zeros(1)
+    functions = [callees.library.stepper0, callees.library.stepper1, callees.library.stepper0]
+    arrays = [(x, y), (y, z), (z, w)]
+    calls = [types.SimpleNamespace(c_call=(f, [a.ctypes.data, b.ctypes.data]))
+             for f, (a, b) in zip(functions, arrays)]
+    ran_in_python = []
+
+    def statement(k, step):
+        ran_in_python.append(k)
+        a, b = arrays[k]
+        b[0] = a[0] * 10 + (step if k != 1 else 0)
     run = native.prepare_segment(getattr(segments.library, name), size,
                                  [native.call_arguments(c) for c in calls],
-                                 [None, None], graphs)
+                                 [lambda step, k=k: statement(k, step) for k in range(3)],
+                                 graphs)
+    run(6)
+    assert (y[0], z[0], w[0], ran_in_python) == (16.0, 160.0, 1606.0, [])
     run(7)
-    assert (y[0], z[0]) == (17.0, 177.0)
+    assert (y[0], z[0], w[0], ran_in_python) == (17.0, 170.0, 1707.0, [1, 2])

@@ -12,13 +12,15 @@ puts it, so a segment computes what its statements one by one compute:
   - a sweep group, fused group or element-wise op is called through the address of its
     function (in the computation's other libraries), cast to the function's own type,
     whose declaration is read from the rendered source (no call through a mismatched
-    type); its arguments are the ones its prepared Python call passes;
+    type); its arguments are the ones its prepared Python call passes, a parameter named
+    `step` the call number; a function returning int that returns nonzero did not run,
+    and the segment stops there (below);
   - a matrix product (`np.matmul`, `K.zero_row_matmul`) calls NumPy's own bundled cblas
     gemm (native_blas.py) with the arguments np.matmul would pass it for the same arrays:
     the same kernel, the same bits. A zero-row product reads its live row count in the C:
     where that count is below 2 np.matmul takes another path (gemv, its own loop), so the
     segment stops there, returning how many statements it ran, and Python runs the rest
-    one by one, as it does for a live count that is not finite (K.live_rows raises).
+    one by one; so it does for a live count that is not finite (K.live_rows raises).
 
 Everything is bound once, when the generated module binds its buffers: one table of
 64-bit slots per segment (functions' addresses, arrays' addresses, shapes, gemm's
@@ -134,14 +136,15 @@ class Statement:
 
 
 def declaration(functions, name):
-    """The parameter list of C function `name` as `functions` rendered it (the line
-    `void name(...) {` that each renderer writes)."""
+    """The return type (void, or int: nonzero where it did not run and its Python
+    statements are to) and the parameter list of C function `name` as `functions`
+    rendered it (the line `void name(...) {` that each renderer writes)."""
     source = functions.source() if hasattr(functions, "source") else \
         "\n".join(functions.functions)
-    found = re.search(rf"^void {name}\((.*)\) \{{$", source, re.MULTILINE)
+    found = re.search(rf"^(void|int) {name}\((.*)\) \{{$", source, re.MULTILINE)
     if found is None:
         raise RuntimeError(f"no C function {name} was rendered")
-    return [p.strip() for p in found.group(1).split(",")]
+    return found.group(1), [p.strip() for p in found.group(2).split(",")]
 
 
 def parameter_type(parameter):
@@ -201,11 +204,11 @@ class SegmentFunctions(CFunctions):
                                 f"return {k};")
                 slot += PRODUCT_SLOTS + (member.live is not None)
                 continue
-            parameters = declaration(member.functions, member.name)
+            result, parameters = declaration(member.functions, member.name)
             callee = f"{member.name}_t"
             if callee not in self.declared:
                 self.declared.add(callee)
-                lines.append(f"typedef void {callee}({', '.join(parameters)});")
+                lines.append(f"typedef {result} {callee}({', '.join(parameters)});")
             function, slot = slot, slot + 1
             arguments = []
             for j, parameter in enumerate(parameters):
@@ -218,8 +221,9 @@ class SegmentFunctions(CFunctions):
                 else:
                     position, slot = slot, slot + 1
                 arguments.append(f"({parameter_type(parameter)})(intptr_t)p[{position}]")
-            body.append(f"    (({callee} *)(intptr_t)p[{function}])(" +
-                        ", ".join(arguments) + ");")
+            call = f"(({callee} *)(intptr_t)p[{function}])(" + ", ".join(arguments) + ")"
+            # A function that says it did not run leaves its statement and the rest to Python.
+            body.append(f"    if ({call}) return {k};" if result == "int" else f"    {call};")
         lines += [f"long {name}(const int64_t *p, unsigned long long step) {{"] + body + \
             [f"    return {len(members)};", "}"]
         self.functions.append("\n".join(lines) + "\n")
