@@ -653,10 +653,20 @@ def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
     assert len(made) >= 5 and all(run.__name__ == "run" for run in made)
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
-    body = source[source.index("    def run("):].splitlines()
-    segment = next(k for k, line in enumerate(body) if "segment_" in line and "(step)" in line)
-    above = [line.strip() for line in body[:segment] if line.strip().startswith("# %")]
-    assert any(line.startswith("# %") and "zero_row_dot(" in line for line in above)
+    body = [line.strip() for line in source[source.index("    def run("):].splitlines()]
+    blocks = []
+    for k, line in enumerate(body):
+        if line.startswith("segment_"):
+            first, last = line.split("  # ")[1].split(":")[0].split(" ... ")
+            start = k
+            while body[start - 1].startswith("# %"):
+                start -= 1
+            block = body[start:k]
+            assert block[0].startswith(f"# {first} = ") and block[-1].startswith(f"# {last} = ")
+            blocks.append(block)
+    assert len(blocks) >= 5
+    assert any("zero_row_dot(" in c for block in blocks for c in block)
+    assert any(" = dot(" in c for block in blocks for c in block)
 
 
 def test_a_segment_passes_its_call_number_and_stops_where_a_callee_did_not_run():
