@@ -16,15 +16,15 @@ puts it, so a segment computes what its statements one by one compute:
     `step` the call number; a function returning int that returns nonzero did not run,
     and the segment stops there (below);
   - a matrix product (`np.matmul`, `K.zero_row_matmul`) calls NumPy's own bundled cblas
-    gemm (native_blas.py) with the arguments np.matmul would pass it for the same arrays:
-    the same kernel, the same bits. A zero-row product reads its live row count in the C:
+    gemm or gemv (native_blas.py) with the arguments np.matmul would pass it for the same
+    arrays: the same kernel, the same bits. A zero-row product reads its live row count in the C:
     where that count is below 2 np.matmul takes another path (gemv, its own loop), so the
     segment stops there, returning how many statements it ran, and Python runs the rest
     one by one; so it does for a live count that is not finite (K.live_rows raises).
 
 Everything is bound once, when the generated module binds its buffers: one table of
-64-bit slots per segment (functions' addresses, arrays' addresses, shapes, gemm's
-arguments), read by the C. Only a fused group's CSR changes between calls (a GraphSlot's
+64-bit slots per segment (functions' addresses, arrays' addresses, shapes, the BLAS
+calls' arguments), read by the C. Only a fused group's CSR changes between calls (a GraphSlot's
 load replaces it): its two addresses sit in the table's first slots, written before a
 call when the graph's arrays are new (native.csr_addresses).
 """

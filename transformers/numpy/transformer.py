@@ -387,6 +387,10 @@ class ModuleWriter:
         return lines
 
     def emit_segment(self, run):
+        """The body lines of a segment of the Statements `run`: the comment of every IR
+        statement it computes, in order, and its call; in bind, its C function's table
+        (N.prepare_segment, from each statement's slots) and the statements one by one,
+        which run where the C does not."""
         function, graphs, size = self.segments.add([s.member for s in run],
                                                    [s.ir for s in run])
         name = "segment" + run[0].key[1:]
