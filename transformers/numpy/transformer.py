@@ -359,12 +359,14 @@ class ModuleWriter:
 
     def in_c_product(self, op):
         """Whether `op` is a product a segment may make (native_segments.py): a 2-D
-        np.matmul or K.zero_row_matmul of float32 or float64 matrices bound once, NumPy's
-        BLAS found, no NaN checks between statements."""
+        np.matmul or K.zero_row_matmul (its live count a float) of float32 or float64
+        matrices bound once, NumPy's BLAS found, no NaN checks between statements."""
         if not isinstance(op, (Dot, ZeroRowDot)) or self.debug_nans:
             return False
         a, b = op.args[:2]
+        live = op.args[2:]
         return a.ndim == b.ndim == 2 and a.dtype == b.dtype == op.dtype and \
+            all(x.dtype in native.SUFFIX for x in live) and \
             native_blas.cblas(native_blas.GEMM, op.dtype) is not None and \
             all(self.bound_at_bind(x) or x in self.bind_views for x in [*op.args, op])
 
