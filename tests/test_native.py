@@ -497,7 +497,7 @@ def products_in_one_segment(products):
     in Python (their statements' calls)."""
     from ngnn.transformers.numpy.native_segments import Product, SegmentFunctions
     functions = SegmentFunctions()
-    name, _, size = functions.add(
+    name, _, _, size = functions.add(
         [Product(a.dtype, None if live is None else live.dtype, contract)
          for a, b, out, live, contract in products],
         [[f"product {k}"] for k in range(len(products))])
@@ -634,13 +634,13 @@ def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
     data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
     prepare_segment, made = native.prepare_segment, []
 
-    def spy(function, size, members, statements, graphs):
-        run = prepare_segment(function, size, members, statements, graphs)
+    def spy(*args):
+        run = prepare_segment(*args)
         made.append(run)
         return run
 
-    def one_by_one(function, size, members, statements, graphs):
-        return prepare_segment(function, size, [None], statements, graphs)
+    def one_by_one(function, size, members, statements, graphs, fed):
+        return prepare_segment(function, size, [None], statements, graphs, fed)
     results = []
     for prepare in (spy, one_by_one):
         monkeypatch.setattr(native, "prepare_segment", prepare)
@@ -667,48 +667,20 @@ def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
     assert len(blocks) >= 5
     assert any("zero_row_dot(" in c for block in blocks for c in block)
     assert any(" = dot(" in c for block in blocks for c in block)
+    # The fused groups reading the batch's features join segments, fed at each call.
+    assert any(line.startswith("segment_") and "(step, t_batch_features)" in line
+               for line in body)
 
 
-def test_a_segment_passes_its_call_number_and_stops_where_a_callee_did_not_run():
-    """A callee's parameter `step` (a function that draws dropout masks takes the call
-    number) gets the segment's `step`, every other parameter a slot of its table; a
-    callee returning int that returns nonzero did not run, and the segment leaves that
-    statement and the rest to Python. Here three calls in order, each reading what the
-    one before wrote; the second does not run at odd call numbers."""
-    import types
-    from ngnn.transformers.numpy.native_elementwise import CFunctions
-    from ngnn.transformers.numpy.native_segments import Call, SegmentFunctions
-
-    class Steppers(CFunctions):
-        prefix = "stepper"
-    callees = Steppers()
-    callees.functions += [
-        "void stepper0(unsigned long long step, const double *a0, double *o0) {\n"
-        "    o0[0] = a0[0] * 10 + (double)step;\n}\n",
-        "int stepper1(const double *a0, double *o0, unsigned long long step) {\n"
-        "    if (step % 2) return 1;\n    o0[0] = a0[0] * 10;\n    return 0;\n}\n"]
-    callees.arity += [2, 2]
-    callees.load()
-    segments = SegmentFunctions()
-    members = [Call(callees, "stepper0"), Call(callees, "stepper1"), Call(callees, "stepper0")]
-    name, graphs, size = segments.add(members, [["%1 = a"], ["%2 = b"], ["%3 = c"]])
-    segments.load()
-    x, y, z, w = np.array([1.0]), np.zeros(1), np.zeros(1), np.zeros(1)
-    functions = [callees.library.stepper0, callees.library.stepper1, callees.library.stepper0]
-    arrays = [(x, y), (y, z), (z, w)]
-    calls = [types.SimpleNamespace(c_call=(f, [a.ctypes.data, b.ctypes.data]))
-             for f, (a, b) in zip(functions, arrays)]
-    ran_in_python = []
-
-    def statement(k, step):
-        ran_in_python.append(k)
-        a, b = arrays[k]
-        b[0] = a[0] * 10 + (step if k != 1 else 0)
-    run = native.prepare_segment(getattr(segments.library, name), size,
-                                 [native.call_arguments(c) for c in calls],
-                                 [lambda step, k=k: statement(k, step) for k in range(3)],
-                                 graphs)
-    run(6)
-    assert (y[0], z[0], w[0], ran_in_python) == (16.0, 160.0, 1606.0, [])
-    run(7)
-    assert (y[0], z[0], w[0], ran_in_python) == (17.0, 170.0, 1707.0, [1, 2])
+def test_a_segment_fed_an_array_it_was_not_rendered_for_runs_its_statements():
+    """The batch's features fed to the evaluation step's segment as a Fortran-ordered
+    array: the segment runs its statements one by one (the fused groups their Python
+    loops), with the same logits as from a C-ordered array; then C-ordered again, in C."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    trainer = gin_trainer(data, np.float64, native=True)
+    next(iter(trainer.loader.batches(0, np.arange(12))))
+    features = trainer.features()
+    runs = [trainer.logits(x)[0] for x in (features, np.asfortranarray(features), features)]
+    assert "(step, t_batch_features)" in trainer.logits.source
+    np.testing.assert_array_equal(runs[1], runs[0])
+    np.testing.assert_array_equal(runs[2], runs[0])

@@ -435,11 +435,12 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
 
     def addresses(args):
         """The addresses of the inputs among `args` and of the outputs, or None where an
-        input is not what the C was rendered for."""
+        input is not what the C was rendered for; an input given as None (fed to a
+        segment at each call) has none."""
         inputs = tuple(args[k] for k in order)
-        if all(a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+        if all(a is None or a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
                for a, shape in zip(inputs, shapes)):
-            return tuple(a.ctypes.data for a in inputs) + output_addresses
+            return tuple(a.ctypes.data for a in inputs if a is not None) + output_addresses
         return None
 
     def call(*args):
@@ -510,9 +511,10 @@ def call_arguments(call):
 
 
 def group_arguments(call, inputs):
-    """A fused group's slots over `inputs` (its call's arguments but `step`): its
-    function's address, its vertices, its inputs' and outputs' addresses (the CSR's are
-    the segment's first slots); None where its Python function runs."""
+    """A fused group's slots over `inputs` (its call's arguments but `step`, None for an
+    array fed to the step): its function's address, its vertices, its inputs' and
+    outputs' addresses (the CSR's and the fed arrays' are the segment's first slots);
+    None where its Python function runs."""
     if not hasattr(call, "c_group"):
         return None
     function, rows, addresses = call.c_group
@@ -550,36 +552,48 @@ def product_arguments(a, b, out, live=None, contract=False):
             a.ctypes.data, lda, b.ctypes.data, ldb, out.ctypes.data, ldc] + extra
 
 
-def prepare_segment(function, size, members, statements, graphs):
-    """A segment's C function `function` as a function of `step`, its table of `size`
-    slots made now: the CSR's slots first (for each of `graphs`: graph, csr, other
-    column, vertices, index dtype), then each statement's (`members`). The C returns how
-    many statements it ran; `statements` (each a function of `step`) run the rest, and
-    all of them where a statement does not run as C or a CSR does not fit."""
-    def one_by_one(step):
+def prepare_segment(function, size, members, statements, graphs, fed=()):
+    """A segment's C function `function` as a function of `step` and the arrays fed to
+    the step it reads, its table of `size` slots made now: the CSR's slots first (for
+    each of `graphs`: graph, csr, other column, vertices, index dtype), then the fed
+    arrays' (each of `fed`: shape, dtype), then each statement's (`members`). The C
+    returns how many statements it ran; `statements` (each a function of `step` and the
+    fed arrays) run the rest, and all of them where a statement does not run as C, a CSR
+    does not fit or a fed array is not of the shape and dtype rendered."""
+    def one_by_one(step, *given):
         for statement in statements:
-            statement(step)
+            statement(step, *given)
     if any(member is None for member in members):
         return one_by_one
-    table = np.array([0] * (2 * len(graphs)) + [v for m in members for v in m], np.int64)
+    first_fed = 2 * len(graphs)
+    table = np.array([0] * (first_fed + len(fed)) + [v for m in members for v in m], np.int64)
     if table.size != size:
         raise RuntimeError(f"a segment's table has {table.size} slots; its C reads {size}")
     address, count = table.ctypes.data, len(statements)
-    last = [None] * len(graphs)
+    last_csr, last_fed = [None] * len(graphs), [None] * len(fed)
 
-    def run(step):
+    def run(step, *given):
         done = 0
         for k, (graph, csr, other, rows, index_dtype) in enumerate(graphs):
             addresses = csr_addresses(graph, csr, other, rows, index_dtype)
             if addresses is None:
                 break
-            if addresses is not last[k]:
+            if addresses is not last_csr[k]:
                 table[2 * k:2 * k + 2] = addresses
-                last[k] = addresses     # kept: no later tuple takes its identity
+                last_csr[k] = addresses     # kept: no later tuple takes its identity
         else:
-            done = function(address, step)
+            for k, array in enumerate(given):
+                if array is not last_fed[k]:
+                    shape, dtype = fed[k]
+                    if not (isinstance(array, np.ndarray) and array.shape == shape and
+                            array.dtype == dtype and array.flags.c_contiguous):
+                        break
+                    table[first_fed + k] = array.ctypes.data
+                    last_fed[k] = array     # kept alive while its address is used
+            else:
+                done = function(address, step)
         if done < count:
             for statement in statements[done:]:
-                statement(step)
+                statement(step, *given)
     run.arrays = (table, members)
     return run

@@ -105,10 +105,12 @@ class Call:
     """A segment's statement that calls a C function of another of the computation's
     libraries (`functions`, a CFunctions or NativeElementwise, its function `name`);
     `csr`: for a fused group, the (graph, csr, other column, rows, index dtype) whose
-    indptr and column arrays are its second and third arguments."""
+    indptr and column arrays are its second and third arguments; `fed`: {parameter
+    name: (the run's parameter, its shape, its dtype)} for the arrays fed to the step it
+    reads, whose addresses are taken at each call."""
 
-    def __init__(self, functions, name, csr=None):
-        self.functions, self.name, self.csr = functions, name, csr
+    def __init__(self, functions, name, csr=None, fed=None):
+        self.functions, self.name, self.csr, self.fed = functions, name, csr, fed or {}
 
 
 class Product:
@@ -121,10 +123,11 @@ class Product:
 
 class Statement:
     """A statement of the step's body that may join a segment: `text` its Python call
-    (reading `step` where it needs it), `comment` its trailing comment, `before` the
-    body's lines before it (a sweep group's ops), `ir` the IR statements it computes,
-    `member` its C (Call or Product), `arguments` the bind-time expression of its slots
-    (native.py's *_arguments), `key` the name of the first value it makes."""
+    (reading `step` and the run's parameters where it needs them), `comment` its trailing
+    comment, `before` the body's lines before it (a sweep group's ops), `ir` the IR
+    statements it computes, `member` its C (Call or Product), `arguments` the bind-time
+    expression of its slots (native.py's *_arguments), `key` the name of the first value
+    it makes."""
 
     def __init__(self, text, comment, ir, member, arguments, key, before=()):
         self.text, self.comment, self.ir, self.member = text, comment, ir, member
@@ -181,14 +184,18 @@ class SegmentFunctions(CFunctions):
     def add(self, members, comments):
         """Renders `members` (Call or Product, in body order; `comments[k]` the IR
         statements of the k-th) as `segment<k>`. Returns its name, its CSR entries (the
-        table's first two slots each) and the number of slots of its table."""
+        table's first slots, two each), the arrays fed to the step it reads ((name,
+        shape, dtype), a slot each, after those) and the number of slots of its table."""
         name = f"segment{len(self.functions)}"
-        csr = []
+        csr, fed = [], []
         for member in members:
             if isinstance(member, Call) and member.csr is not None and \
                     not any(member.csr[0] is c[0] and member.csr[1:] == c[1:] for c in csr):
                 csr.append(member.csr)
-        slot = 2 * len(csr)
+            for array in getattr(member, "fed", {}).values():
+                if array not in fed:
+                    fed.append(array)
+        slot = 2 * len(csr) + len(fed)
         lines, body = [], []
         for k, (member, ir) in enumerate(zip(members, comments)):
             body += [f"    /* {c} */" for c in ir]
@@ -215,7 +222,9 @@ class SegmentFunctions(CFunctions):
                 if parameter_name(parameter) == "step":
                     arguments.append("step")        # the call number, the segment's
                     continue
-                if member.csr is not None and j in (1, 2):     # indptr, columns
+                if parameter_name(parameter) in member.fed:
+                    position = 2 * len(csr) + fed.index(member.fed[parameter_name(parameter)])
+                elif member.csr is not None and j in (1, 2):     # indptr, columns
                     position = 2 * next(i for i, c in enumerate(csr) if c[0] is member.csr[0]
                                         and c[1:] == member.csr[1:]) + j - 1
                 else:
@@ -227,4 +236,4 @@ class SegmentFunctions(CFunctions):
         lines += [f"long {name}(const int64_t *p, unsigned long long step) {{"] + body + \
             [f"    return {len(members)};", "}"]
         self.functions.append("\n".join(lines) + "\n")
-        return name, csr, slot
+        return name, csr, fed, slot

@@ -317,17 +317,22 @@ class ModuleWriter:
                 f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name})")
             call = native_call + call[len(group.name):]
             outputs += " in one C loop (native_groups.py)"
-            if all(self.bound_at_bind(a) or a in self.bind_views for a in params):
-                # Its arrays bound once: it may join a segment, its CSR read at each call.
+            if all(self.bound_at_bind(a) or a in self.bind_views or isinstance(a, Placeholder)
+                   for a in params):
+                # It may join a segment: its arrays bound once, but for the CSR and the
+                # arrays fed to the step (`fed`), whose addresses the segment takes.
                 index = getattr(group.graph, f"{csr}_indptr").dtype
-                names = [self.name_of(a) for a in params]
+                names = ["None" if isinstance(a, Placeholder) else self.name_of(a)
+                         for a in params]
+                fed = {f"a{k}": (self.name_of(a), a.shape, a.dtype)
+                       for k, a in enumerate(reads) if isinstance(a, Placeholder)}
                 made = ", ".join(self.value_names[o] for o in group.outputs)
                 self.body.append(Statement(
                     call, f"  # {outputs} = {group.name}({inputs})",
                     [f"{made} = {group.name}({inputs}) in one C loop (native_groups.py)"],
                     Call(self.native_groups, name, (group.graph, csr, "src" if csr == "in"
                                                     else "dst", group.outputs[0].shape[0],
-                                                    index)),
+                                                    index), fed),
                     f"N.group_arguments({native_call}, ({''.join(n + ', ' for n in names)}))",
                     self.name_of(group.outputs[0])))
                 return
@@ -393,22 +398,24 @@ class ModuleWriter:
         statement it computes, in order, and its call; in bind, its C function's table
         (N.prepare_segment, from each statement's slots) and the statements one by one,
         which run where the C does not."""
-        function, graphs, size = self.segments.add([s.member for s in run],
-                                                   [s.ir for s in run])
+        function, graphs, fed, size = self.segments.add([s.member for s in run],
+                                                        [s.ir for s in run])
         name = "segment" + run[0].key[1:]
         library = self.ref("native", self.segments)
         graphs = [f"({self.ref('graph', graph)}, {csr!r}, {other!r}, {rows}, "
                   f"np.{index.name})" for graph, csr, other, rows, index in graphs]
+        given = "".join(f", {array}" for array, _, _ in fed)      # the run's parameters
         self.bind_lines += [f"{name} = N.prepare_segment({library}.library.{function}, "
                             f"{size}, ("] + \
             [f"    {s.arguments},  # {', '.join(ir.split(' = ')[0] for ir in s.ir)}"
              for s in run] + ["), ("] + \
-            [f"    lambda step: {s.text},{s.comment}" for s in run] + \
-            [f"), ({''.join(g + ', ' for g in graphs)}))"]
+            [f"    lambda step{given}: {s.text},{s.comment}" for s in run] + \
+            [f"), ({''.join(g + ', ' for g in graphs)}), "
+             f"({''.join(f'({shape}, np.{dtype.name}), ' for _, shape, dtype in fed)}))"]
         values = [ir.split(" = ")[0] for s in run for ir in s.ir]
         return [f"# {ir}" for s in run for ir in s.ir] + [
-            f"{name}(step)  # {values[0]} ... {values[-1]}: {len(run)} statements in one C "
-            "function (native_segments.py)"]
+            f"{name}(step{given})  # {values[0]} ... {values[-1]}: {len(run)} statements in "
+            "one C function (native_segments.py)"]
 
     def bind_value(self, op):
         """The name of `op`'s array (bound to its planned view, or the variable it is
