@@ -35,12 +35,10 @@ import numpy as np
 
 from ..gpu.expressions import ctype
 from . import native
-from .native_elementwise import CFunctions
+from .native_elementwise import PRELUDE as SHARED_PRELUDE, CFunctions
 
 PRELUDE = r"""
-#include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 /* NumPy's bundled cblas gemm and gemv (scipy-openblas64: 64-bit integers), called as
    np.matmul calls them (numpy/_core/src/umath/matmul.c.src): alpha 1, beta 0. */
@@ -179,7 +177,8 @@ class SegmentFunctions(CFunctions):
             function.restype = ctypes.c_long
 
     def source(self):
-        return PRELUDE + "\n" + "\n".join(self.functions)
+        # The other libraries' prelude first: their declarations may use its types.
+        return SHARED_PRELUDE + PRELUDE + "\n" + "\n".join(self.functions)
 
     def add(self, members, comments):
         """Renders `members` (Call or Product, in body order; `comments[k]` the IR
