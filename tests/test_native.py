@@ -511,7 +511,7 @@ def products_in_one_segment(products):
             np.matmul(a, b, out=out)
         else:
             K.zero_row_matmul(a, b, live, contract, out)
-    slots = [native.product_arguments(a, b, out, *([] if live is None else [live, contract]))
+    slots = [native.product_arguments(a, b, out, *([] if live is None else [contract, live]))
              for a, b, out, live, contract in products]
     run = native.prepare_segment(getattr(functions.library, name), size, slots,
                                  [lambda step, k=k: statement(k) for k in range(len(products))],
@@ -575,6 +575,49 @@ def test_zero_row_products_from_c_read_the_live_count(dtype, live):
         else:
             K.zero_row_matmul(a, b, count_, contract, expected)
         np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("live", [0, 1, 2, 9, 40])
+def test_a_zero_row_product_reads_a_live_count_fed_to_the_segment(live):
+    """A zero-row product whose int64 live count is fed to the step (a slot's declared
+    count) reads it from the segment's fed slot at each call; a count of another dtype
+    than rendered runs the statements one by one."""
+    from ngnn.transformers.numpy.native_segments import Product, SegmentFunctions
+    bundled_blas()
+    rng = np.random.default_rng(5)
+    rows = 40
+    x = rng.standard_normal((rows, 6))
+    x[live:] = 0
+    weight, delta = rng.standard_normal((6, 5)), rng.standard_normal((rows, 5))
+    outs = [np.full((rows, 5), np.nan), np.full((6, 5), np.nan)]
+    operands = [(x, weight, outs[0], False), (x.T, delta, outs[1], True)]
+    spec = ("t_live", (1,), np.dtype(np.int64))
+    functions = SegmentFunctions()
+    name, _, fed, size = functions.add(
+        [Product(np.float64, np.int64, contract, {"live": spec}) for *_, contract in operands],
+        [["%1 = first"], ["%2 = second"]])
+    functions.load()
+    assert fed == [spec]
+    ran_in_python = []
+
+    def statement(k, count):
+        ran_in_python.append(k)
+        a, b, out, contract = operands[k]
+        K.zero_row_matmul(a, b, count, contract, out)
+    run = native.prepare_segment(
+        getattr(functions.library, name), size,
+        [native.product_arguments(a, b, out, contract) for a, b, out, contract in operands],
+        [lambda step, count, k=k: statement(k, count) for k in range(2)], (),
+        (((1,), np.dtype(np.int64)),))
+    for count, in_python in ((np.array([live]), [] if live >= 2 else [0, 1]),
+                             (np.array([float(live)]), [0, 1])):
+        ran_in_python.clear()
+        outs[0][:], outs[1][:] = np.nan, np.nan
+        run(0, count)
+        assert ran_in_python == in_python
+        for a, b, out, contract in operands:
+            np.testing.assert_array_equal(
+                out, K.zero_row_matmul(a, b, np.array([live]), contract, np.empty_like(out)))
 
 
 def test_a_live_count_that_is_not_a_number_raises_as_numpy_does():

@@ -523,14 +523,15 @@ def group_arguments(call, inputs):
         [ctypes.cast(function, ctypes.c_void_p).value, rows, *found]
 
 
-def product_arguments(a, b, out, live=None, contract=False):
-    """The slots of `np.matmul(a, b, out=out)`, or with `live` of
+def product_arguments(a, b, out, contract=None, live=None):
+    """The slots of `np.matmul(a, b, out=out)` (`contract` None), or of
     `K.zero_row_matmul(a, b, live, contract, out)`: the BLAS routine's address and the
-    call np.matmul makes with it (native_blas.matmul_call), and the live count's address;
-    None where np.matmul makes no such call. A zero-row product reads its live count in
-    the C, and its call must be the same but for that count from 2 to all rows (else
-    None), as np.matmul would make it over the live rows."""
-    if live is None:
+    call np.matmul makes with it (native_blas.matmul_call), and the live count's address
+    (no slot where `live` is None: the count is fed to the segment); None where np.matmul
+    makes no such call. A zero-row product reads its live count in the C, and its call
+    must be the same but for that count from 2 to all rows (else None), as np.matmul
+    would make it over the live rows."""
+    if contract is None:
         call = native_blas.matmul_call(a, b, out)
         extra = []
     else:
@@ -542,9 +543,9 @@ def product_arguments(a, b, out, live=None, contract=False):
         call, least = at(rows), at(2)
         if call is None or least is None or \
                 call[:3] + call[4:5] + call[6:] != least[:3] + least[4:5] + least[6:] or \
-                live.shape != (1,) or live.dtype not in SUFFIX:
+                live is not None and (live.shape != (1,) or not live.flags.c_contiguous):
             return None
-        extra = [live.ctypes.data]
+        extra = [] if live is None else [live.ctypes.data]
     if call is None:
         return None
     routine, flag_a, flag_b, m, n, k, lda, ldb, ldc = call

@@ -113,10 +113,12 @@ class Call:
 
 class Product:
     """A segment's matrix product of `dtype`: `live` None (np.matmul), else the dtype of
-    the live row count of a K.zero_row_matmul and `contract` its flag."""
+    the live row count of a K.zero_row_matmul and `contract` its flag; `fed`: {"live":
+    (the run's parameter, its shape, its dtype)} where that count is fed to the step."""
 
-    def __init__(self, dtype, live=None, contract=False):
+    def __init__(self, dtype, live=None, contract=False, fed=None):
         self.dtype, self.live, self.contract = np.dtype(dtype), live, contract
+        self.fed = fed or {}
 
 
 class Statement:
@@ -203,12 +205,13 @@ class SegmentFunctions(CFunctions):
                 if member.live is None:
                     body.append(f"    product_{s}(p + {slot}, p[{slot + 4}], p[{slot + 6}]);")
                 else:
-                    live = f"(double)((const {ctype(member.live)} *)(intptr_t)" \
-                        f"p[{slot + PRODUCT_SLOTS}])[0]"
+                    count = 2 * len(csr) + fed.index(member.fed["live"]) if member.fed \
+                        else slot + PRODUCT_SLOTS
+                    live = f"(double)((const {ctype(member.live)} *)(intptr_t)p[{count}])[0]"
                     kind = "contraction" if member.contract else "product"
                     body.append(f"    if (!zero_row_{kind}_{s}(p + {slot}, {live})) "
                                 f"return {k};")
-                slot += PRODUCT_SLOTS + (member.live is not None)
+                slot += PRODUCT_SLOTS + (member.live is not None and not member.fed)
                 continue
             result, parameters = declaration(member.functions, member.name)
             callee = f"{member.name}_t"

@@ -29,6 +29,9 @@ from .native_groups import GroupFunctions
 from .native_segments import Call, Product, SegmentFunctions, Statement
 from .native_sweeps import SweepFunctions
 
+# The live counts a segment's zero-row product reads (as K.live_rows does).
+LIVE_COUNT_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)}
+
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
     def allocate(self):
@@ -364,16 +367,18 @@ class ModuleWriter:
 
     def in_c_product(self, op):
         """Whether `op` is a product a segment may make (native_segments.py): a 2-D
-        np.matmul or K.zero_row_matmul (its live count a float) of float32 or float64
-        matrices bound once, NumPy's BLAS found, no NaN checks between statements."""
+        np.matmul or K.zero_row_matmul (its live count a number bound once or fed) of
+        float32 or float64 matrices bound once, NumPy's BLAS found, no NaN checks between
+        statements."""
         if not isinstance(op, (Dot, ZeroRowDot)) or self.debug_nans:
             return False
-        a, b = op.args[:2]
-        live = op.args[2:]
+        a, b, *live = op.args
         return a.ndim == b.ndim == 2 and a.dtype == b.dtype == op.dtype and \
-            all(x.dtype in native.SUFFIX for x in live) and \
             native_blas.cblas(native_blas.GEMM, op.dtype) is not None and \
-            all(self.bound_at_bind(x) or x in self.bind_views for x in [*op.args, op])
+            all(self.bound_at_bind(x) or x in self.bind_views for x in [a, b, op]) and \
+            all(x.dtype in LIVE_COUNT_DTYPES and (self.bound_at_bind(x) or
+                                                  x in self.bind_views or
+                                                  isinstance(x, Placeholder)) for x in live)
 
     def segmented(self, body):
         """The body with each run of two or more Statements as one segment: a C function
@@ -491,12 +496,16 @@ class ModuleWriter:
         elif self.segments is not None and self.in_c_product(op):
             # A product made by NumPy's own BLAS from C, in a segment (native_segments.py).
             a, b, *live = args
+            count = op.args[2] if live else None
+            fed = {"live": (live[0], count.shape, count.dtype)} \
+                if isinstance(count, Placeholder) else {}
+            arguments = f"{a}, {b}, {name}" + \
+                (f", {op.contract}" + ("" if fed else f", {live[0]}") if live else "")
             statements = [Statement(
                 statements[0], comment, [op_comment(op, self.value_names)],
-                Product(op.dtype, op.args[2].dtype if live else None,
-                        getattr(op, "contract", False)),
-                f"N.product_arguments({a}, {b}, {name}" +
-                (f", {live[0]}, {op.contract})" if live else ")"), name)]
+                Product(op.dtype, None if count is None else count.dtype,
+                        getattr(op, "contract", False), fed),
+                f"N.product_arguments({arguments})", name)]
         self.body.extend(s if isinstance(s, Statement) else s + comment for s in statements)
         if self.debug_nans and not op.is_view:
             self.checked_ops.append(op)
