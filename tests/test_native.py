@@ -707,7 +707,7 @@ def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
             block = body[start:k]
             assert block[0].startswith(f"# {first} = ") and block[-1].startswith(f"# {last} = ")
             blocks.append(block)
-    assert len(blocks) >= 5
+    assert len(blocks) >= 2
     assert any("zero_row_dot(" in c for block in blocks for c in block)
     assert any(" = dot(" in c for block in blocks for c in block)
     # The fused groups reading the batch's features join segments, fed at each call.
