@@ -30,7 +30,9 @@ both alike; the wall clock and the process's CPU time of each, and both ratios (
 shared machine others' load stretches the wall clock). ngnn's part includes cutting and
 loading each batch (GraphLoader), PyG's its DataLoader's collation. `--native` times a
 third side in the same run: ngnn with the NumPy transformer's native (C) kernels and
-fused groups (make_transformer("numpy", native=True), docs/native.md).
+fused groups (make_transformer("numpy", native=True), docs/native.md). `--device gpu` times
+ngnn's GPU transformer against PyG on the same CUDA device (PyG synchronized at each
+epoch's end; ngnn's step returns its loss, so it waits for its kernels every step).
 """
 import argparse
 import os
@@ -94,11 +96,12 @@ def pyg_gin(in_feats, hidden, num_classes, num_layers=5, dropout=0.5, batch_norm
 
 
 class PygRun:
-    def __init__(self, data, hidden, seed, batch_size=32, batch_norm=True):
+    def __init__(self, data, hidden, seed, batch_size=32, batch_norm=True, device="cpu"):
         import torch
         from torch_geometric.loader import DataLoader
         torch.manual_seed(seed)
         self.torch, self.DataLoader = torch, DataLoader
+        self.device = torch.device(device)
         self.graphs = pyg_graphs(data)
         self.data, self.hidden, self.seed, self.batch_size = data, hidden, seed, batch_size
         self.batch_norm = batch_norm
@@ -107,7 +110,7 @@ class PygRun:
         torch = self.torch
         torch.manual_seed(self.seed)
         self.model = pyg_gin(self.data.num_features, self.hidden, self.data.num_classes,
-                             batch_norm=self.batch_norm)
+                             batch_norm=self.batch_norm).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LR)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=LR_STEP,
                                                          gamma=LR_GAMMA)
@@ -118,10 +121,13 @@ class PygRun:
         loader = self.DataLoader([self.graphs[i] for i in indices],
                                  batch_size=self.batch_size, shuffle=True)
         for batch in loader:
+            batch = batch.to(self.device)
             self.optimizer.zero_grad()
             out = self.model(batch.x, batch.edge_index, batch.batch)
             torch.nn.functional.cross_entropy(out, batch.y).backward()
             self.optimizer.step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
 
     def accuracy(self, indices):
         torch = self.torch
@@ -146,7 +152,8 @@ class PygRun:
 
 # ---- ngnn's side ------------------------------------------------------------------------
 
-def ngnn_trainer(data, hidden, seed, batch_size=32, batch_norm=True, native=False):
+def ngnn_trainer(data, hidden, seed, batch_size=32, batch_norm=True, native=False,
+                 backend="numpy"):
     from ngnn import nn, optim
     from ngnn import transformers as ngt
     from ngnn.graph_train import GraphTrainer
@@ -154,7 +161,8 @@ def ngnn_trainer(data, hidden, seed, batch_size=32, batch_norm=True, native=Fals
                         batch_norm=batch_norm)
     return GraphTrainer(model, data, batch_size=batch_size, lr=LR, seed=seed,
                         schedule=optim.StepLR(LR_STEP, LR_GAMMA),
-                        transformer=ngt.make_transformer("numpy", native=native))
+                        transformer=ngt.make_transformer(backend, native=True) if native
+                        else ngt.make_transformer(backend))
 
 
 # ---- the two measurements ---------------------------------------------------------------
@@ -202,14 +210,18 @@ def speed(args):
     import torch
     from ngnn import datasets
     torch.set_num_threads(1)
+    if args.device == "gpu" and args.native:
+        raise SystemExit("--native times the NumPy transformer: not with --device gpu")
     data = datasets.load(args.dataset)
     everything = np.arange(data.num_graphs)
+    backend = "gpu" if args.device == "gpu" else "numpy"
     trainers = {"ngnn": ngnn_trainer(data, args.hidden, args.seed, args.batch_size,
-                                     args.batch_norm)}
+                                     args.batch_norm, backend=backend)}
     if args.native:
         trainers["ngnn native"] = ngnn_trainer(data, args.hidden, args.seed, args.batch_size,
                                                args.batch_norm, native=True)
-    pyg = PygRun(data, args.hidden, args.seed, args.batch_size, args.batch_norm)
+    pyg = PygRun(data, args.hidden, args.seed, args.batch_size, args.batch_norm,
+                 device="cuda" if args.device == "gpu" else "cpu")
     pyg.reset()
     runs = {side: (lambda epoch, t=t: t.train_epoch(everything, epoch))
             for side, t in trainers.items()}
@@ -226,7 +238,7 @@ def speed(args):
                 cpu[side].append(time.process_time() - start_cpu)
     print(f"{data.summary()}; GIN-0 hidden {args.hidden}, batches of {args.batch_size}, one "
           f"thread each; median of {args.epochs} epochs after a warm-up epoch")
-    labels = {"ngnn": "ngnn (numpy transformer)",
+    labels = {"ngnn": f"ngnn ({backend} transformer)",
               "ngnn native": "ngnn (numpy transformer, native=True)",
               "pyg": "PyG (DataLoader + GINConv + global_add_pool)"}
     for side in runs:
@@ -257,6 +269,8 @@ def main(argv=None):
     fast.add_argument("--batch-size", type=int, default=32)
     fast.add_argument("--hidden", type=int, default=64)
     fast.add_argument("--seed", type=int, default=0)
+    fast.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                      help="gpu: ngnn's GPU transformer and PyG on CUDA")
     fast.add_argument("--native", action="store_true",
                       help="also time ngnn with native=True (C kernels and fused groups)")
     for command in (acc, fast):

@@ -39,7 +39,11 @@ class GraphTrainer:
                                                    self_loops=model.self_loops))
         slot = self.loader.slot
         dtype = model.parameters()[0].dtype
-        self.x = ng.placeholder(self.loader.features.shape, dtype=dtype, name="batch_features")
+        # A slot that declares its live rows (a BatchSlot) is fed their count with each
+        # batch, and its feature rows are declared 0 past it (ngnn.passes.ZeroRowProducts).
+        self.live = [slot.live] if getattr(slot, "live", None) is not None else []
+        self.x = slot.node_features(self.loader.features.shape[1], dtype) if self.live else \
+            ng.placeholder(self.loader.features.shape, dtype=dtype, name="batch_features")
         self.y = ng.placeholder((slot.num_graphs,), dtype=np.int64, name="graph_labels")
         self.mask = slot.graph_mask
         self.optimizer = optimizer or optim.Adam(model.parameters(), lr=lr,
@@ -51,11 +55,12 @@ class GraphTrainer:
         seed_dropout([self.loss] + updates, seed)
         # The step returns its loss alone: the updates land, no copy of them comes back.
         self.train_step = self.transformer.computation(
-            [self.step_loss(self.loss)], self.x, self.y, self.mask, updates=updates,
-            name="graph_train_step")
+            [self.step_loss(self.loss)], self.x, self.y, self.mask, *self.live,
+            updates=updates, name="graph_train_step")
         evaluation = model(slot.graph, self.x, slot, training=False)
         self.place([evaluation])
-        self.logits = self.transformer.computation(evaluation, self.x, name="graph_logits")
+        self.logits = self.transformer.computation(evaluation, self.x, *self.live,
+                                                   name="graph_logits")
         self.variables = model.parameters() + model.buffers() + \
             [v for _, v in self.optimizer.named_state()]
 
@@ -81,7 +86,8 @@ class GraphTrainer:
     def step(self):
         """One training step on the loaded batch; its loss."""
         loader = self.loader
-        return float(self.train_step(self.features(), loader.labels, loader.mask)[0])
+        return float(self.train_step(self.features(), loader.labels, loader.mask,
+                                     *self.live_rows())[0])
 
     def reset(self):
         """Every parameter, buffer and optimizer state back to its initial value."""
@@ -102,12 +108,17 @@ class GraphTrainer:
         loader, out = self.loader, []
         for ids in loader.split(np.asarray(indices, dtype=np.int64)):
             loader.load(ids)
-            out.append(self.logits(self.features())[:ids.size])
+            out.append(self.logits(self.features(), *self.live_rows())[:ids.size])
         return np.concatenate(out)
 
     def features(self):
         """The loaded batch's feature rows, in the model's dtype."""
         return self.loader.features.astype(self.x.dtype, copy=False)
+
+    def live_rows(self):
+        """What the computations are fed for the slot's live count: the loaded batch's
+        (GraphLoader.live), where the slot declares one."""
+        return [self.loader.live] if self.live else []
 
     def accuracy(self, indices):
         predicted = self.predict(indices).argmax(axis=1)

@@ -5,16 +5,19 @@
 normalizes each feature by the mean and the biased variance of the rows of `h`, then scales
 by `weight` and shifts by `bias`, as torch.nn.BatchNorm1d does in training mode. In a batch
 of graphs that a GraphLoader slot holds, the rows past the batch's nodes are padding: they
-must not count. They come last: a slot's `graph_mask` marks its first graphs (the loaded
-batch, as GraphLoader feeds it), whose nodes fill its first rows, so the statistics are
-taken over the leading rows that many (their count a readout of the mask, at run time),
-and the padding rows of y are 0. The work is two ops of ngnn/op_graph/normalization.py
-(BatchNormStats and BatchNormApply) with closed-form gradients: a few passes over the
-real rows each way, not the fifteen of an element-wise composition; nn.BatchNorm keeps the
-running statistics that evaluation uses. A whole batch (ng.Graph.batch, or a rank's part of
-one or of a loader's slot over ngnn.distributed) runs the ops' decompositions with its
-readouts as the column sums (of the loaded graphs only, by the slot's graph_mask), so that
-chunked and distributed runs reduce them over row blocks and ranks.
+must not count. They come last: a slot declares its live rows (BatchSlot.live, fed the
+loaded batch's vertex count with every batch), so the statistics are taken over the
+leading rows that many, and the padding rows of y are 0. The count is the slot's declared
+one, not one derived from its graph mask: ngnn.passes.ZeroRowProducts reads the same
+value as the rows past which the slot's features and aggregations are 0.
+
+The work is two ops of ngnn/op_graph/normalization.py (BatchNormStats and BatchNormApply)
+with closed-form gradients: a few passes over the real rows each way, not the fifteen of an
+element-wise composition; nn.BatchNorm keeps the running statistics that evaluation uses. A
+whole batch (ng.Graph.batch, or a rank's part of one or of a loader's slot over
+ngnn.distributed) runs the ops' decompositions with its readouts as the column sums (of the
+loaded graphs only, by the slot's graph_mask), so that chunked and distributed runs reduce
+them over row blocks and ranks.
 """
 import numpy as np
 
@@ -62,12 +65,8 @@ def batch_norm(x, weight, bias, eps=1e-5, batch=None):
 
 
 def _live_rows(x, batch):
-    """None where every row of `x` is real (no batch, or a BatchedGraph); for a slot
-    whose `graph_mask` marks the loaded graphs, a (1,) tensor: their node count, which is
-    the number of leading rows they fill (the padding rows come after them)."""
-    mask = getattr(batch, "graph_mask", None)
-    if mask is None:
-        return None
-    ones = ng.constant(np.ones((x.shape[0], 1)), dtype=x.dtype)
-    return ng.sum(ng.readout(ones, batch, "sum") *
-                  ng.reshape(ng.cast(mask, x.dtype), (mask.shape[0], 1)), axis=0)
+    """None where every row of `x` is real (no batch, or a BatchedGraph); for a slot that
+    declares its live rows (BatchSlot.live), that count in x's dtype: the number of
+    leading rows the loaded graphs fill (the padding rows come after them)."""
+    live = getattr(batch, "live", None)
+    return None if live is None else ng.cast(live, x.dtype)

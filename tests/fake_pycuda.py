@@ -42,10 +42,14 @@ class FakeCuda:
             def total_memory(self):
                 return 80 << 30
 
-            def make_context(self):
+            def retain_primary_context(self):
+                fake.calls.append(("retain_primary_context",))
                 return Context()
 
         class Context:
+            def push(self):
+                fake.calls.append(("push",))
+
             def detach(self):
                 fake.calls.append(("detach",))
 

@@ -67,7 +67,8 @@ def test_batch_norm_gradient_by_finite_differences(transformer_factory):
 
 def test_batch_statistics_leave_the_slots_padding_out(transformer_factory):
     """In a loader's slot (padding rows and padding graphs past the batch), the statistics
-    are those of the batch's nodes alone, whatever the padding rows hold."""
+    are those of the batch's nodes alone (the slot's declared live rows, fed with the
+    batch), whatever the padding rows hold."""
     import torch
     data = graphs(12)
     loader = GraphLoader(data, batch_size=5, shuffle=False)
@@ -83,8 +84,9 @@ def test_batch_statistics_leave_the_slots_padding_out(transformer_factory):
     y, mean, var, count = ng.batch_norm(xs, ng.constant(np.ones(3), dtype=np.float64),
                                         ng.constant(np.zeros(3), dtype=np.float64),
                                         batch=slot)
-    out = transformer_factory().computation([y, mean, var, count], xs, slot.graph_mask)(
-        x, loader.mask)
+    assert loader.live.tolist() == [n]
+    out = transformer_factory().computation([y, mean, var, count], xs, slot.live)(
+        x, loader.live)
     expected = torch.nn.functional.batch_norm(torch.tensor(x[:n]), None, None, training=True)
     np.testing.assert_allclose(out[0][:n], expected.numpy(), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(out[1], x[:n].mean(axis=0), rtol=1e-9)
@@ -93,15 +95,15 @@ def test_batch_statistics_leave_the_slots_padding_out(transformer_factory):
 
 
 def test_batch_norm_without_real_nodes_stays_finite(transformer_factory):
-    """Statistics over no node (every graph row masked out) divide by 1, not 0."""
+    """Statistics over no node (no live row) divide by 1, not 0."""
     loader = GraphLoader(graphs(4), batch_size=2, shuffle=False)
     x = np.ones((loader.slot.num_nodes, 3))
     xs = ng.placeholder(x.shape, dtype=np.float64)
     y, mean, var, count = ng.batch_norm(xs, ng.constant(np.ones(3), dtype=np.float64),
                                         ng.constant(np.zeros(3), dtype=np.float64),
                                         batch=loader.slot)
-    out = transformer_factory().computation([y, count], xs, loader.slot.graph_mask)(
-        x, np.zeros(loader.slot.num_graphs, dtype=bool))
+    out = transformer_factory().computation([y, count], xs, loader.slot.live)(
+        x, np.zeros(1, dtype=np.int64))
     assert np.isfinite(out[0]).all() and out[1].tolist() == [1.0]
 
 

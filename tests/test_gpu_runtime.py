@@ -301,6 +301,8 @@ def test_cuda_runtime_drives_pycuda(monkeypatch, tmp_path):
 
     cuda = CUDARuntime(cache=CompileCache(tmp_path), options=["-O3"])
     assert (cuda.device_name, cuda.arch, cuda.dialect) == ("Fake GPU", "sm_86", "cuda")
+    # The primary context (PyTorch's and CuPy's), current on this thread.
+    assert fake.calls[1:3] == [("retain_primary_context",), ("push",)]
     buf = cuda.alloc(40)
     empty = cuda.alloc(0)
     assert (buf.nbytes, empty.nbytes) == (40, 0)
@@ -385,3 +387,26 @@ def test_opencl_prepared_launches_rebind_and_time(rt, kernels):
         np.testing.assert_array_equal(download(rt, buffer, np.float32, 64),
                                       philox.uniform(5, 0, 64))
     assert launch.seconds() > 0
+
+
+def test_two_gpu_transformers_alive_at_once_take_turns():
+    """Two GPU transformers (a runtime each) alive at once, their calls interleaved, with
+    PyTorch's CUDA work between them where PyTorch has a device: on CUDA each runtime once
+    made a context of its own current, and the other's launches then failed ("invalid
+    resource handle"). Runs on the default runtime: CUDA where a device is present."""
+    import ngnn as ng
+    from ngnn import transformers as ngt
+    x = ng.placeholder((5, 3), name="x")
+    y = ng.relu(x) * 2.0
+    values = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    try:
+        import torch
+        torch_cuda = torch.cuda.is_available()
+    except ImportError:
+        torch_cuda = False
+    with ngt.make_transformer("gpu") as first, ngt.make_transformer("gpu") as second:
+        steps = [first.computation([y], x), second.computation([y], x)]
+        for step in steps + steps:
+            if torch_cuda:      # PyTorch makes its own (the primary) context current
+                torch.ones(3, device="cuda").sum().item()
+            np.testing.assert_array_equal(step(values)[0], np.maximum(values, 0) * 2)

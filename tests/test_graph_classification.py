@@ -106,7 +106,8 @@ def test_no_code_generation_after_the_first_batch(transformer_factory):
                            batch_size=6, transformer=t)
     train, test = np.arange(14), np.arange(14, 20)
     next(trainer.loader.batches(0, train))
-    trainer.train_step(trainer.loader.features, trainer.loader.labels, trainer.loader.mask)
+    trainer.train_step(trainer.loader.features, trainer.loader.labels, trainer.loader.mask,
+                       trainer.loader.live)
     trainer.predict(test)
     compiled = t.compilations
     for epoch in range(2):

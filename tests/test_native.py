@@ -86,9 +86,11 @@ def step_gradients(trainer):
     included) on its first batch, in its padded slot."""
     params = trainer.model.parameters()
     comp = trainer.transformer.computation([trainer.loss] + ng.grad(trainer.loss, params),
-                                           trainer.x, trainer.y, trainer.mask)
+                                           trainer.x, trainer.y, trainer.mask,
+                                           *trainer.live)
     next(iter(trainer.loader.batches(0, np.arange(12))))
-    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask)
+    return comp(trainer.features(), trainer.loader.labels, trainer.loader.mask,
+                *trainer.live_rows())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -315,20 +317,22 @@ def test_an_element_wise_op_over_overlapping_arrays_keeps_its_numpy_call():
 
 def in_c_only(monkeypatch):
     """Makes the sweep groups' and fused groups' NumPy fallbacks fail the test, so that a
-    computation's results show what the C computed; returns the count of each prepared."""
-    prepared = {"sweeps": 0, "groups": 0}
+    computation's results show what the C computed; returns the count of each prepared
+    (and of the groups that stop at a slot's live count)."""
+    prepared = {"sweeps": 0, "groups": 0, "live groups": 0}
     sweep, group = native.prepare_sweep, native.prepare_group
 
     def fallback_fails(*args):
         raise AssertionError("a group fell back to NumPy")
 
-    def prepare_sweep(function, inputs, outputs, live, segments, statements):
+    def prepare_sweep(function, inputs, outputs, live, segments, statements, **fed):
         prepared["sweeps"] += 1
-        return sweep(function, inputs, outputs, live, segments, fallback_fails)
+        return sweep(function, inputs, outputs, live, segments, fallback_fails, **fed)
 
-    def prepare_group(*args):
+    def prepare_group(*args, live=False):
         prepared["groups"] += 1
-        return group(*args[:-1], fallback_fails)
+        prepared["live groups"] += live
+        return group(*args[:-1], fallback_fails, live=live)
     monkeypatch.setattr(native, "prepare_sweep", prepare_sweep)
     monkeypatch.setattr(native, "prepare_group", prepare_group)
     return prepared
@@ -384,8 +388,9 @@ def test_sweep_groups_passes_follow_the_sums_they_read():
 
 def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
     """Arrays of one segment that overlap other than element for element (an output over
-    a broadcast input) get the ops one by one; an output over its (rows, F) input runs
-    the C, and so do overlapping arrays of different segments (run one after another)."""
+    a broadcast input, wider elements over narrower ones) get the ops one by one; an
+    output over its (rows, F) input runs the C (so do float32 values over float64 ones),
+    and so do overlapping arrays of different segments (run one after another)."""
     buffer = np.zeros(10 * 4 + 4)
     rows, vector = buffer[:40].reshape(10, 4), buffer[36:]
     one_segment = (((10, 4), (0, 1)),)
@@ -401,6 +406,12 @@ def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
                                 statements) is not statements
     assert native.prepare_sweep(function, (rows[:, :2],), (np.zeros((10, 4)),), None,
                                 one_segment, statements) is statements
+    wide = np.zeros(40)            # float32 values over the float64 a cast read: in C
+    narrow = wide.view(np.float32)[:40].reshape(10, 4)
+    assert native.prepare_sweep(function, (wide.reshape(10, 4),), (narrow,), None,
+                                one_segment, statements) is not statements
+    assert native.prepare_sweep(function, (narrow,), (wide.reshape(10, 4),), None,
+                                one_segment, statements) is statements
     two_segments = (((1, 4), (0, 1)), ((10, 4), (1, 2)))
     assert native.prepare_sweep(function, (vector,), (np.zeros(4), rows), None,
                                 two_segments, statements) is not statements
@@ -409,13 +420,16 @@ def test_a_sweep_group_over_overlapping_arrays_keeps_its_numpy_calls():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gin_steps_run_their_groups_in_c(dtype, monkeypatch):
     """GIN-0 with batch norm: every sweep group and every fused group of its training
-    step runs in C (none falls back), with the NumPy transformer's loss and gradients."""
+    step runs in C (none falls back), with the NumPy transformer's loss and gradients;
+    the aggregations over the slot's graph (x + sum of neighbours forward, its adjoint
+    backward) stop at the slot's live count."""
     data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
     expected = step_gradients(gin_trainer(data, dtype))
     prepared = in_c_only(monkeypatch)
     fast = gin_trainer(data, dtype, native=True)
     got = step_gradients(fast)
     assert prepared["sweeps"] >= 6 and prepared["groups"] >= 6
+    assert prepared["live groups"] >= 3, prepared      # two forward, one backward
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
@@ -728,3 +742,170 @@ def test_a_segment_fed_an_array_it_was_not_rendered_for_runs_its_statements(monk
     np.testing.assert_array_equal(trainer.predict(np.arange(12)), expected)
     monkeypatch.undo()
     np.testing.assert_array_equal(trainer.predict(np.arange(12)), expected)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(23, 6), (7,), (40, 25)])
+@pytest.mark.parametrize("rate", [0.0, 0.5, 0.9])
+def test_dropout_in_a_sweep_group_equals_numpy_to_the_bit(dtype, shape, rate, monkeypatch):
+    """A dropout and its gradient between element-wise ops run in the group's C: Philox's
+    words of (seed, call number, position), NaN and signs kept as NumPy's arithmetic keeps
+    them, equal to K.dropout bit for bit at every call."""
+    from ngnn.op_graph import Dropout
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=shape).astype(dtype)
+    xs = ng.placeholder(shape, dtype=dtype, name="x")
+    scale = ng.constant(np.where(np.arange(shape[-1]) == 1, np.nan, 1.5), dtype=dtype)
+    bias = ng.variable(shape[-1:], dtype=dtype, initial_value=rng.normal(size=shape[-1]))
+    h = xs * scale                   # reads the placeholder: stays NumPy; NaN column 1
+    dropped = Dropout(h + bias, rate, seed=2 ** 63 + 5) * 2.0
+    grads = ng.grad(ng.sum(dropped * dropped), [bias])
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation([dropped] + grads, xs)
+            results[native_kernels] = [[r.copy() for r in comp(x)] for _ in range(3)]
+            source = comp.source
+        monkeypatch.undo()
+    assert prepared["sweeps"] >= 1
+    assert "K.dropout(" not in source.split("def run", 1)[-1]
+    for calls_got, calls_expected in zip(results[True], results[False]):
+        for got, expected in zip(calls_got, calls_expected):
+            assert got.tobytes() == expected.tobytes()
+    assert results[False][0][0].tobytes() != results[False][1][0].tobytes() or rate == 0
+
+
+def run_body(source):
+    return source.split("def run", 1)[-1]
+
+
+def wide(rng, shape, dtype):
+    """Values of magnitudes 1e-6 to 1e6: sums of them depend on the order of the adds."""
+    return (rng.normal(size=shape) * 10.0 ** rng.integers(-6, 7, size=shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sums_in_sweep_groups_add_in_numpys_order(dtype, monkeypatch):
+    """The sums a group runs in C (row_sweeps.sum_order) add in the order of the NumPy
+    call they replace: np.einsum's vectors for short trailing sums, np.sum's pairwise
+    summation down a vector or one column, row after row down a matrix's columns; equal
+    to the bit on lengths around each order's block sizes, and -0s sum to +0 as NumPy's.
+    Where NumPy's einsum vectors are not known, its sums stay NumPy calls."""
+    from ngnn.passes.row_sweeps import sum_order
+    rng = np.random.default_rng(3)
+    cases = [((n,), 0, False) for n in (1, 5, 8, 9, 16, 33, 127, 128, 129, 256, 257, 300,
+                                        1000, 1196)]
+    cases += [((r, 1), 0, True) for r in (7, 33, 300, 1196)]
+    cases += [((r, c), 0, False) for r, c in ((33, 2), (300, 5), (2, 64))]
+    cases += [((r, c), 1, keep) for r, c in ((33, 2), (5, 7), (9, 64), (3, 200))
+              for keep in (False, True)]
+    inputs, sums, orders = [], [], set()
+    for k, (shape, axis, keepdims) in enumerate(cases):
+        xs = ng.placeholder(shape, dtype=dtype, name=f"x{k}")
+        s = ng.sum(xs * 2.0, axis=axis, keepdims=keepdims)      # reads a value bound once
+        orders.add(sum_order(s))
+        inputs.append(xs)
+        sums.append(s)
+    assert orders == {"lanes", "pairwise", "columns"}
+    from ngnn.passes import row_sweeps
+    with monkeypatch.context() as patch:       # NumPy's einsum vectors of unknown width
+        patch.setattr(row_sweeps, "EINSUM_VECTOR_BYTES", None)
+        assert {sum_order(s) for s in sums} == {None, "pairwise", "columns"}
+    values = [wide(rng, x.shape, dtype) for x in inputs]
+    values[0][:] = -0.0
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(sums, *inputs)
+            results[native_kernels] = comp(*values)
+            source = comp.source
+        monkeypatch.undo()
+    assert prepared["sweeps"] >= 1
+    assert "np.sum(" not in run_body(source) and "np.einsum(" not in run_body(source)
+    for got, expected in zip(results[True], results[False]):
+        assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_concat_unslice_and_lone_ops_in_sweep_groups_equal_numpy(dtype, monkeypatch):
+    """Concats along either axis, unslices (slices' gradients: ranges, steps, an int key)
+    and a lone small op read through a broadcast run in the groups' C, equal to the bit."""
+    from ngnn.op_graph.layout import Broadcast, Unslice, _normalize_index
+    rng = np.random.default_rng(4)
+    keys = ((slice(1, 4), slice(0, 6)), (slice(8, None, -3), slice(1, 5, 2)), (2, slice(0, 6)))
+    shapes = [(9, 6), (6,), (9, 2)] + [np.zeros((9, 6))[key].shape for key in keys]
+    feeds = [ng.placeholder(shape, dtype=dtype, name=f"in{k}") for k, shape in enumerate(shapes)]
+    h, w, side, *parts = [x * 2.0 for x in feeds]
+    outs = [ng.concat([h, ng.slice(h, (slice(0, 2),)), h], axis=0),
+            ng.concat([h, side], axis=1)]
+    outs += [Unslice(part, (9, 6), _normalize_index((9, 6), key))
+             for part, key in zip(parts, keys)]
+    outs.append(w * Broadcast(ng.reshape(ng.sum(w), (1,)), (6,)))      # lone, broadcast
+    values = [rng.normal(size=shape).astype(dtype) for shape in shapes]
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(outs, *feeds)
+            results[native_kernels] = comp(*values)
+            source = comp.source
+        monkeypatch.undo()
+    assert prepared["sweeps"] >= 1
+    numpy_calls = [line.strip() for line in run_body(source).splitlines()[1:]
+                   if line.strip().startswith(("np.", "t_", "K."))]
+    assert numpy_calls == []        # the products of the fed arrays by 2.0 too
+    for got, expected in zip(results[True], results[False]):
+        assert got.tobytes() == expected.tobytes()
+
+
+def test_casts_and_one_hots_of_fed_arrays_run_in_c_and_bad_ids_raise(monkeypatch):
+    """A cast of a fed mask (bool, int) and a one-hot of fed class ids run in a group's
+    C, the fed arrays' addresses taken at the call: equal to the NumPy transformer's;
+    fed arrays it was not rendered for (another dtype, not C-contiguous) run the NumPy
+    statements, and so does a class id out of range, whose error names it."""
+    masks = [ng.placeholder((7,), dtype=d, name=f"mask{k}")
+             for k, d in enumerate((np.bool_, np.int64))]
+    ids = ng.placeholder((7,), dtype=np.int64, name="ids")
+    outs = [ng.cast(m, np.float32) * 3.0 for m in masks] + [ng.one_hot(ids, 3) * 2.0]
+    rng = np.random.default_rng(5)
+    feeds = [rng.random(7) < 0.5, rng.integers(-3, 3, 7), rng.integers(0, 3, 7)]
+    results = {}
+    for native_kernels in (False, True):
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(outs, *masks, ids)
+            results[native_kernels] = [r.copy() for r in comp(*feeds)]
+            source = comp.source
+            if native_kernels:
+                strided = comp(feeds[0], np.repeat(feeds[1], 2)[::2], feeds[2].astype(np.int32))
+                for got, expected in zip(strided, results[False]):
+                    assert got.tobytes() == expected.tobytes()
+                with pytest.raises(ValueError, match="class id 3 is outside"):
+                    comp(feeds[0], feeds[1], np.array([0, 1, 2, 3, 0, 1, 2]))
+    body = run_body(source)
+    assert "np.copyto(" not in body and "K.one_hot(" not in body and "np.multiply(" not in body
+    for got, expected in zip(results[True], results[False]):
+        assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(16,), (16, 7)])
+def test_a_cast_to_float32_whose_float64_argument_dies_runs_in_c(shape, monkeypatch):
+    """A float64 value cast to float32 and dying there (as weight decay's terms do): the
+    memory plan puts the next float32 value (here of a variable) in its buffer; the group
+    still runs in C (each element read before any narrower write reaches it), equal to
+    the bit."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=shape)
+    xs = ng.placeholder(shape, dtype=np.float64, name="x")
+    bias = ng.variable(shape, dtype=np.float32, initial_value=rng.normal(size=shape))
+    out = ng.cast(xs * 3.0, np.float32) + bias * 0.5
+    results = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(out, xs)
+            results[native_kernels] = comp(x)
+            source = comp.source
+        monkeypatch.undo()
+    assert f"K.view(buffers[0], {shape}, np.float32)" in source     # over the float64
+    assert prepared["sweeps"] == 2
+    assert results[True].tobytes() == results[False].tobytes()

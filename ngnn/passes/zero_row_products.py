@@ -13,10 +13,26 @@ such values. A product reading them then computes the live rows only:
     h.T @ delta                    -> h.T[:, :n] @ delta[:n]                (weight gradient)
     sum(delta, axis=0)             -> ones[:, :n] @ delta[:n]               (bias gradient)
 
-with n read at run time (ZeroRowDot, ngnn/op_graph/linalg.py). The value is the one the
-whole product gives, whatever the other operand holds in those rows (0 times a finite
-value), so nothing but the time (and the order of a float sum's terms) changes, and a
-computation compiled once serves every batch size.
+with n read at run time (ZeroRowDot, ngnn/op_graph/linalg.py).
+
+A GraphLoader slot declares its live rows (BatchSlot.live, ngnn/sampling/graph_loader.py):
+one count fed with each batch, the one batch norm over the slot reads (cast to its dtype).
+Two more facts hold past it, and reach the first Linear of every GIN layer, forward and
+backward:
+
+    the slot's features (SlotRows)          0 past the count, as loaded
+    sum or mean over the slot's edges of rows 0 past the count
+                                            0 past it: padding edges join padding rows only
+
+so `x + sum of neighbours` of the first layer and of every later one (whose h batch norm
+zeroed) is 0 past the count, and so is the gradient the backward sends through the
+aggregation. Both facts are the slot's, so they hold for its declared count only: the
+count must be that very op (after batch norm's cast), never one derived from a fed graph
+mask, and the features' declaration counts only where the computation is fed the count.
+
+The value is the one the whole product gives, whatever the other operand holds in those
+rows (0 times a finite value), so nothing but the time (and the order of a float sum's
+terms) changes, and a computation compiled once serves every batch size.
 
 The analysis runs forward over the ops: `zero[op]` is the op holding the live count past
 which op's rows are 0, or absent. Run by the NumPy transformer, whose kernels slice
@@ -25,9 +41,9 @@ decomposes back to Dot for a transformer without a kernel for it.
 """
 import numpy as np
 
-from ..op_graph import (Abs, Add, Cast, Constant, Dot, Dropout, Elu, LeakyRelu, Multiply,
-                        Negative, Relu, Reshape, Sign, Sqrt, Subtract, Sum, Tanh, Transpose,
-                        ZeroRowDot, ordered_ops)
+from ..op_graph import (Abs, Add, Aggregate, Cast, Constant, Dot, Dropout, Elu, Gather,
+                        LeakyRelu, Multiply, Negative, Relu, Reshape, Sign, Sqrt, Subtract, Sum,
+                        Tanh, Transpose, ZeroRowDot, ordered_ops)
 from .base import GraphPass
 
 # Element-wise maps of one tensor with f(0) = 0: zero rows stay zero.
@@ -37,6 +53,10 @@ KEEPS_ZERO = (Relu, LeakyRelu, Elu, Negative, Tanh, Abs, Sign, Sqrt, Cast, Dropo
 class ZeroRowProducts(GraphPass):
     def do_pass(self, computation):
         zero = {}
+        self.fed = computation.parameters
+        # What the NumPy transformer's native groups read (native_groups.py): each op
+        # found 0 past a count, with the op whose value that count is.
+        computation.zero_rows = {}
         for op in ordered_ops(computation.results):
             live = self.zero_past(op, zero)
             if type(op) is Dot:
@@ -45,17 +65,33 @@ class ZeroRowProducts(GraphPass):
                 self.replace_column_sum(op, zero)
             if live is not None:
                 zero[op] = zero[op.forwarded] = live
+                computation.zero_rows[op] = computation.zero_rows[op.forwarded] = \
+                    self.count(live)
 
     @staticmethod
     def rows(x, like):
         """x spans the rows of `like` (row for row), not broadcast along them."""
         return x.ndim == like.ndim and x.shape[0] == like.shape[0]
 
+    @staticmethod
+    def count(live):
+        """The op whose value `live` is: batch norm reads a slot's int count cast to its
+        float dtype (exact: counts are far below 2**24)."""
+        if isinstance(live, Cast) and live.args[0].dtype.kind in "iu" and \
+                live.dtype.kind == "f":
+            return live.args[0]
+        return live
+
     def zero_past(self, op, zero):
         """The live-count op past which `op`'s rows are 0, or None."""
         args = op.args
         if getattr(op, "zero_past_live", False):
-            return op.live
+            # An op's count is one of its arguments; a placeholder's (a slot's features)
+            # is the slot's, which only a computation fed it can read.
+            fed = args or any(p is op.live for p in self.fed)
+            return op.live if fed else None
+        if isinstance(op, Aggregate):
+            return self.aggregated(op, zero)
         if isinstance(op, KEEPS_ZERO):
             return zero.get(args[0])
         if isinstance(op, Multiply) and op.ndim:
@@ -66,9 +102,22 @@ class ZeroRowProducts(GraphPass):
             return None
         if isinstance(op, (Add, Subtract)) and op.ndim:
             lives = [zero.get(x) if self.rows(x, op) else None for x in args]
-            if lives[0] is not None and lives[0] is lives[1]:
+            if lives[0] is not None and self.count(lives[0]) is self.count(lives[1]):
                 return lives[0]
         return None
+
+    def aggregated(self, op, zero):
+        """The count of a sum or mean over a slot's edges of values gathered from rows 0
+        past the slot's declared count: each padding row's edges join padding rows, whose
+        values are 0, so the padding rows of the result are 0 (mean divides by at least
+        1). Only for the slot's own count, with which its padding edges start."""
+        (edges,) = op.args
+        declared = getattr(op.graph, "live", None)
+        if declared is None or op.reduce not in ("sum", "mean") or \
+                not isinstance(edges, Gather) or edges.graph is not op.graph:
+            return None
+        live = zero.get(edges.args[0])
+        return live if live is not None and self.count(live) is declared else None
 
     def replace_product(self, op, zero):
         """Puts a ZeroRowDot for the product `op` where an operand's zero rows allow;

@@ -15,6 +15,16 @@ at least the largest graph. A batch that would overflow it is cut short and the 
 left over start the next batch, so every graph is still seen once per epoch, in the
 shuffled order; `slack=None` sizes the slot for the worst batch instead, and no batch is
 ever cut.
+
+A BatchSlot declares its live rows: `live`, a placeholder fed the loaded batch's vertex
+count (GraphLoader.live, read from the slot's graph as loaded), past which every row is
+padding: the message-passing slot's padding edges join padding rows only (GraphSlot), and
+the feature rows as loaded are 0 (fill_rows). Batch norm normalizes over the rows below
+it, and the features placeholder of `node_features` declares its rows 0 past it, so that
+ngnn.passes.ZeroRowProducts computes every product of a GIN layer over the live rows, from
+the first layer's input on. The count is this one fed value, never one derived from the
+graph mask: a caller may feed its own mask (a loss over some graphs only), which says
+nothing about which rows are zero.
 """
 import numbers
 
@@ -22,6 +32,7 @@ import numpy as np
 
 from ngnn.batch import ReadoutGraph, readout_graph
 from ngnn.graph import Graph
+from ngnn.op_graph.op import Attr, Placeholder
 
 from .slot import GraphSlot
 
@@ -32,20 +43,36 @@ class ReadoutSlot(GraphSlot, ReadoutGraph):
     readout (chunked execution reduces it per row block)."""
 
 
+class SlotRows(Placeholder):
+    """A placeholder of a BatchSlot's node rows (BatchSlot.node_features), fed rows that
+    are 0 past the slot's live count `live`, as GraphLoader.features is: what
+    ngnn.passes.ZeroRowProducts reads of it (`zero_past_live`), where the computation is
+    fed `live` too."""
+    attributes = (Attr("live", printed=False),)
+    zero_past_live = True
+
+    def __init__(self, shape, dtype, live, name=None):
+        super().__init__(shape, dtype, name=name)
+        self.live = live
+
+
 class BatchSlot:
     """Room for a batch of up to `num_graphs - 1` graphs with `num_nodes - 1` vertices and
     `num_edges` edges: `graph` (the message-passing GraphSlot) and `readout_graph` (the
     readout GraphSlot), what models and ng.readout take. The last graph row is padding.
     `graph_mask`, a placeholder of one bool per graph row, marks the loaded batch's graphs:
-    a training step is fed it (the loader's `mask`) so that the loss and batch statistics
-    (ng.batch_norm) leave the padding out."""
+    a training step is fed it (the loader's `mask`) so that the loss leaves the padding
+    out. `live`, a (1,) int64 placeholder, is the slot's declared live rows (the module
+    docstring): a step is fed the loaded batch's vertex count (the loader's `live`), what
+    batch statistics (ng.batch_norm) are taken over."""
 
     def __init__(self, num_nodes, num_edges, num_graphs):
         import ngnn as ng
         self.num_nodes = num_nodes
         self.num_graphs = num_graphs
         self.graph_mask = ng.placeholder((num_graphs,), dtype=np.bool_, name="graph_mask")
-        self.graph = GraphSlot(num_nodes, num_edges)
+        self.live = ng.placeholder((1,), dtype=np.int64, name="live_rows")
+        self.graph = GraphSlot(num_nodes, num_edges, live=self.live)
         self.readout_graph = ReadoutSlot(num_nodes, num_nodes, num_dst=num_graphs)
         self.loaded = 0           # graphs of the loaded batch
 
@@ -57,6 +84,11 @@ class BatchSlot:
         self.graph.load(batch.with_self_loops() if self_loops else batch)
         self.readout_graph.load(readout_graph(batch.graph_ids, batch.num_graphs))
         self.loaded = batch.num_graphs
+
+    def node_features(self, width, dtype=np.float32, name="batch_features"):
+        """The placeholder of the slot's (num_nodes, width) feature rows, declared 0 past
+        `live` (SlotRows): feed it rows as GraphLoader.features holds them."""
+        return SlotRows((self.num_nodes, width), dtype, self.live, name=name)
 
     def __repr__(self):
         return (f"BatchSlot(num_nodes={self.num_nodes}, num_edges={self.graph.num_edges}, "
@@ -83,7 +115,8 @@ class GraphLoader:
     `indices` (default: every graph), shuffled per epoch by `seed` when `shuffle` (Philox,
     so the same seed and epoch give the same batches on any machine). `slot` holds a batch
     of `slack` times the average batch's vertices and edges (see the module docstring);
-    `self_loops` adds one self loop per vertex at load (GCN)."""
+    `self_loops` adds one self loop per vertex at load (GCN). A load fills `features`,
+    `labels`, `mask` and `live` (the arrays a step is fed for the slot's placeholders)."""
 
     def __init__(self, dataset, indices=None, batch_size=32, shuffle=True, seed=0,
                  self_loops=False, slack=1.25):
@@ -116,6 +149,7 @@ class GraphLoader:
         self.features = np.zeros((rows, dataset.num_features), dtype=np.float32)
         self.labels = np.zeros(b + 1, dtype=np.int64)
         self.mask = np.zeros(b + 1, dtype=np.bool_)
+        self.live = np.zeros(1, dtype=np.int64)
         self.filled = 0
         self._cut = None if self_loops else _DatasetCut(dataset)
         # 0, 1, 2, ...: the ids a batch's vertices, edges and graphs count up from.
@@ -174,6 +208,8 @@ class GraphLoader:
         else:
             n, features = self._load_cut(ids)
         fill_rows(self, n, features, ids)
+        # The count as the slot's graph holds it, what its padding edges start past.
+        self.live[0] = self.slot.graph.loaded[0]
 
     def _load_cut(self, ids):
         """Loads the batch `ids` into the slot as `BatchSlot.load(dataset.batch(ids))`

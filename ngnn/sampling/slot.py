@@ -15,12 +15,21 @@ A typed slot (`relation_edges`, one edge capacity per relation) carries edge typ
 graphs derived from a typed graph (ngnn/relations.py) are made when a program is traced
 and held by its ops, so a typed slot holds one slot per relation, made once, as the
 relation subgraphs `v.innbs.of_type(r)` reads, and each load replaces their edges too.
+
+A square slot may declare its live rows (`live`, a (1,) int placeholder, a BatchSlot's):
+the count of the loaded block's rows, past which every row is padding. Loads keep it true
+(a square block only: its padding edges then join rows past the count to rows past it,
+in both directions), and a computation reading it is fed `loaded[0]` with each batch
+(GraphLoader.live). It is what batch norm over the slot normalizes over and what
+ngnn.passes.ZeroRowProducts knows an aggregation over the slot keeps zero: a sum or mean
+over the slot's edges of rows that are 0 past the count is 0 past it.
 """
 import numbers
 
 import numpy as np
 
 from ngnn.graph import Graph
+from ngnn.op_graph.op import Placeholder
 
 
 def _size(name, value, least):
@@ -32,17 +41,23 @@ def _size(name, value, least):
 class GraphSlot(Graph):
     """Rows `num_nodes`, destination rows `num_dst` (default num_nodes) and `num_edges`
     edges; `version` counts the loads, so a device copy of the index arrays knows when it
-    is stale."""
+    is stale; `live`, where given, the slot's declared live-row count (see the module)."""
 
     varies = True
     relations = None      # an untyped slot's; a typed one holds a slot per relation
+    live = None           # the declared live-row count (see the module), or None
 
-    def __init__(self, num_nodes, num_edges, num_dst=None, relation_edges=None):
+    def __init__(self, num_nodes, num_edges, num_dst=None, relation_edges=None, live=None):
         num_nodes = _size("num_nodes", num_nodes, 1)
         num_dst = num_nodes if num_dst is None else _size("num_dst", num_dst, 1)
         num_edges = _size("num_edges", num_edges, 0)
         if num_dst > num_nodes:
             raise ValueError(f"GraphSlot: num_dst={num_dst} exceeds num_nodes={num_nodes}")
+        if live is not None and not (isinstance(live, Placeholder) and live.shape == (1,) and
+                                     live.dtype.kind in "iu" and num_dst == num_nodes and
+                                     relation_edges is None):
+            raise ValueError("GraphSlot: live must be a (1,) int placeholder, declared by an "
+                             "untyped square slot (num_dst = num_nodes)")
         # One slot per relation (the relation subgraphs), or None for an untyped slot.
         self.relations = None if relation_edges is None else [
             GraphSlot(num_nodes, _size("relation_edges", edges, 0), num_dst)
@@ -50,6 +65,7 @@ class GraphSlot(Graph):
         if self.relations == []:
             raise ValueError("GraphSlot: relation_edges must list at least one relation")
         self.version = -1
+        self.live = live
         self._fill(*self._padding(0, 0, num_nodes, num_dst, num_edges), num_nodes, num_dst)
         self.loaded = (0, 0, 0)       # (rows, destination rows, edges) of the loaded block
 
@@ -67,6 +83,7 @@ class GraphSlot(Graph):
                 f"GraphSlot.load: {graph!r} does not fit this slot ({self.num_nodes} rows, "
                 f"{self.num_dst} destination rows, {self.num_edges} edges; padding edges "
                 "need a spare source row and a spare destination row)")
+        self._check_square(graph.num_nodes, graph.num_dst)
         if self.relations is not None:
             self._load_relations(graph)
         pad_src, pad_dst = self._padding(graph.num_nodes, graph.num_dst, self.num_nodes,
@@ -111,6 +128,7 @@ class GraphSlot(Graph):
                 spare == 0 and num_nodes <= self.num_nodes and num_dst <= self.num_dst):
             raise ValueError(f"GraphSlot.load_grouped: {num_nodes} rows, {num_dst} "
                              f"destination rows and {src.shape[0]} edges do not fit {self!r}")
+        self._check_square(num_nodes, num_dst)
         pad_src, pad_dst = self._padding(num_nodes, num_dst, self.num_nodes, self.num_dst,
                                          spare)
         edges = src.shape[0]
@@ -129,11 +147,21 @@ class GraphSlot(Graph):
         out_eids = order[:edges] if out_eids is None else out_eids
         out_eids = np.concatenate([out_eids, pad_out])
         version, rows, dst_rows = self.version + 1, self.num_nodes, self.num_dst
+        live = self.live
         self.__dict__.clear()         # as in _fill: no cache of the old edges survives
+        self.live = live
         self._set_edges(src, dst, rows, dst_rows, _groups(dst, in_eids, rows),
                         _groups(src, out_eids, rows), in_src, out_dst)
         self.version = version
         self.loaded = (num_nodes, num_dst, edges)
+
+    def _check_square(self, num_nodes, num_dst):
+        """A slot declaring its live rows takes square blocks only: of a block with fewer
+        destination rows, padding edges would join rows below the count to rows past it."""
+        if self.live is not None and num_dst != num_nodes:
+            raise ValueError(f"GraphSlot.load: this slot declares its live rows (live); a "
+                             f"block of {num_nodes} rows and {num_dst} destination rows "
+                             "is not square")
 
     @staticmethod
     def _padding(rows, dst_rows, num_nodes, num_dst, count):
@@ -148,9 +176,9 @@ class GraphSlot(Graph):
         # Caches kept on the graph (CSR permutations, transformers' incidence matrices and
         # blocks) describe the old edges: start from a clean object state. A typed slot's
         # relation subgraphs are its relation slots, whatever is loaded.
-        version, relations = self.version + 1, self.relations
+        version, relations, live = self.version + 1, self.relations, self.live
         self.__dict__.clear()
-        self.relations = relations
+        self.relations, self.live = relations, live
         if relations is None:
             Graph.__init__(self, src, dst, num_nodes, num_dst)
         else:

@@ -379,44 +379,76 @@ def prepare_elementwise(function, args, out, statement):
     return call
 
 
-def prepare_sweep(function, inputs, outputs, live, segments, statements):
+def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=()):
     """The C function of a sweep group (native_sweeps.py) over `inputs` (read), `outputs`
-    (written) and the live-row count `live` (or None), as a function of no arguments with
-    their addresses taken now. `segments`: each segment's (rows, F) and the positions, in
-    inputs + outputs + [live], of the arrays it reads or writes. Segments run one after
-    another, as the ops one by one would; within one, an output may share memory with
-    another of its arrays only element for element, a whole (rows, F) array: the memory
-    plan makes such sharing only where a value dies as the next is made, which passes in
-    step order keep right; any other overlap could be read after the group wrote it.
-    There, or where an array is not C-contiguous, `statements` (the group's ops one by
-    one) is returned instead."""
+    (written) and the live-row count `live` (or None), as a function with their
+    addresses taken now, of the arrays fed to the call (`fed`: their positions in
+    `inputs`, None there, and the shape and dtype each was rendered for), then the call
+    number where the group has a dropout. `segments`: each segment's (rows, F), the
+    positions, in inputs + outputs + [live], of the arrays it reads or writes, and
+    optionally of those it writes (else every output among them). Segments run one
+    after another, as the ops one by one would; within one, an output may share memory
+    with another of its arrays only element for element, a whole (rows, F) array from
+    the same address, its elements no wider than the other's (float32 values over the
+    float64 a cast read: element i's write reaches no byte of a later element): the
+    memory plan makes such sharing only where a value dies as the next is made, which
+    passes in step order keep right; any other overlap could be read after the group
+    wrote it. There, or where an array is not C-contiguous, `statements` (the group's
+    ops one by one, a function of the same arguments) is returned instead; they also
+    run where a fed array is not of the shape and dtype rendered or not C-contiguous,
+    and where the C returns non-zero (a one-hot's class id out of range: the statements
+    raise the error naming it). A fed array's address is taken again only when it is
+    another array than at the last call."""
     arrays = list(inputs) + list(outputs) + ([] if live is None else [live])
     written = set(range(len(inputs), len(inputs) + len(outputs)))
-    if not all(a.flags.c_contiguous for a in arrays):
+    if not all(a is None or a.flags.c_contiguous for a in arrays):
         return statements
-    for (rows, width), positions in segments:
+    for (rows, width), positions, *writes in segments:
         for k in positions:
-            if k not in written:
+            if k not in (set(writes[0]) if writes else written):
                 continue
             o = arrays[k]
             for m in positions:
                 a = arrays[m]
-                if m == k or not np.may_share_memory(a, o):
+                if m == k or a is None or not np.may_share_memory(a, o):
                     continue
                 exact = a.ctypes.data == o.ctypes.data and a.shape == o.shape and \
-                    a.strides == o.strides and o.size == rows * width
+                    o.itemsize <= a.itemsize and o.size == rows * width
                 if not exact:
                     return statements
-    addresses = [a.ctypes.data for a in arrays]
+    addresses = [None if a is None else a.ctypes.data for a in arrays]
 
-    def call():
-        function(*addresses)
-    call.arrays = arrays        # alive as long as their addresses are used
-    call.c_call = (function, addresses)         # for a segment (call_arguments)
-    return call
+    if not fed:
+        def call(*step):        # a group with a dropout is called with the call number
+            if function(*step, *addresses):
+                statements(*step)
+        call.arrays = arrays    # alive as long as their addresses are used
+        call.c_call = (function, addresses)     # for a segment (call_arguments)
+        return call
+    last = {"fed": None, "fits": False}
+
+    def call_fed(*args):
+        given, step = args[:len(fed)], args[len(fed):]
+        known = last["fed"]
+        if known is None or any(a is not b for a, b in zip(given, known)):
+            last["fed"] = given     # kept alive while their addresses are used
+            last["fits"] = all(isinstance(a, np.ndarray) and a.shape == shape and
+                               a.dtype == dtype and a.flags.c_contiguous
+                               for a, (_, shape, dtype) in zip(given, fed))
+            if last["fits"]:
+                for a, (k, _, _) in zip(given, fed):
+                    addresses[k] = a.ctypes.data
+        if not last["fits"] or function(*step, *addresses):
+            statements(*args)
+    call_fed.arrays = arrays
+    # For a segment (call_arguments): the addresses but the fed arrays', which it takes.
+    call_fed.c_call = (function, [a for k, a in enumerate(addresses)
+                                  if k not in {f[0] for f in fed}])
+    return call_fed
 
 
-def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, python):
+def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, python,
+                  live=False):
     """A fused group's C function (native_groups.py) as a function of the group's Python
     parameters (its inputs, then `step`): the C reads the inputs at positions `order`
     (each of shape `shapes[k]` and `dtype`), the graph's `csr` CSR as it is at the call,
@@ -425,7 +457,10 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
     Python function `python` runs instead. Addresses are taken again only for an array
     that is another than at the last call (a fed array; a new batch's CSR, whose
     addresses every group over that graph then shares: `csr_addresses`): taking one
-    costs about a microsecond, and a step runs a dozen groups over each batch."""
+    costs about a microsecond, and a step runs a dozen groups over each batch. With
+    `live`, the call takes one more argument, a fed (1,) int64 count that the C reads
+    after the CSR (it computes the rows below it: native_groups.py) and the Python
+    function does not take."""
     rows = outputs[0].shape[0]
     if not all(o.flags.c_contiguous and o.dtype == dtype for o in outputs):
         return python
@@ -444,6 +479,12 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
         return None
 
     def call(*args):
+        count = ()
+        if live:
+            args, fed = args[:-1], args[-1]
+            if not (fed.dtype == np.int64 and fed.shape == (1,) and fed.flags.c_contiguous):
+                return python(*args)
+            count = (fed.ctypes.data,)
         graph_addresses = csr_addresses(graph, csr, other, rows, index_dtype)
         inputs = tuple(args[k] for k in order)
         known = last["inputs"]
@@ -452,7 +493,7 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
             last["addresses"] = addresses(args)
         if graph_addresses is None or last["addresses"] is None:
             return python(*args)
-        function(rows, *graph_addresses, *last["addresses"])
+        function(rows, *graph_addresses, *count, *last["addresses"])
     call.arrays = outputs       # alive as long as their addresses are used
     call.c_group = (function, rows, addresses)      # for a segment (group_arguments)
     return call

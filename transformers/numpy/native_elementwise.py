@@ -26,6 +26,9 @@ MIN_ELEMENTS = 1024
 PRELUDE = """#include <math.h>
 #include <string.h>
 typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef unsigned long ulong;
 static inline float UINT_AS_FLOAT(unsigned int bits) {
     float value; memcpy(&value, &bits, sizeof value); return value;
 }

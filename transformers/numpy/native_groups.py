@@ -16,12 +16,19 @@ several heads, mean aggregations, widened products) keep the Python block loop.
 The graph's CSR is read at each call (a GraphSlot's changes with every batch); the
 group's arrays are passed as they are, checked C-contiguous and of the right rows at
 each call, else the Python function runs.
+
+A group whose every output is 0 past a slot's declared live count (ZeroRowProducts
+found it: GIN's `x + sum of neighbours` over a GraphLoader slot, `computation.zero_rows`)
+takes that fed count too: its loop stops there and it writes zeros past it. Zeros, not
+whatever the rows held: they are the values the whole loop computes, and later readers
+take every row (a readout over the slot's rows, whose padding graph reads the padding
+rows, a product the pass left whole, the Python fallback's buffers shared with others).
 """
 import ctypes
 
 import numpy as np
 
-from ngnn.op_graph import ElementWise
+from ngnn.op_graph import ElementWise, Placeholder
 
 from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
 from . import native
@@ -72,10 +79,20 @@ class GroupFunctions(CFunctions):
             all(op.shape[:1] == (n,) for op in group.outputs) and \
             all(op in members for op in group.outputs)
 
-    def add(self, blocks, comments):
-        """Renders the group as `group<k>(n_v, indptr, cols, arrays..., outputs...)`;
-        returns the name and the ops whose arrays it reads (in parameter order; the
-        outputs, the group's, follow)."""
+    @staticmethod
+    def live_count(blocks, zero_rows):
+        """The fed int64 count past which every output of the group is 0 (`zero_rows`,
+        op -> count, from ZeroRowProducts), or None."""
+        counts = {zero_rows.get(op) for op in blocks.group.outputs}
+        live = counts.pop() if len(counts) == 1 else None
+        return live if isinstance(live, Placeholder) and live.shape == (1,) and \
+            live.dtype == np.int64 else None
+
+    def add(self, blocks, comments, live=None):
+        """Renders the group as `group<k>(n_v, indptr, cols[, live], arrays...,
+        outputs...)`, with `live` (live_count) computing the rows below the fed count
+        and writing zeros past it; returns the name and the ops whose arrays it reads (in
+        parameter order; the outputs, the group's, follow)."""
         group = blocks.group
         name = f"group{len(self.functions)}"
         csr = "in" if group.at == "dst" else "out"
@@ -96,9 +113,16 @@ class GroupFunctions(CFunctions):
         width = {op: int(np.prod(op.shape[1:], dtype=np.int64)) for op in members}
         lines = [f"/* {c} */" for c in comments]
         lines.append(f"void {name}(long n_v, const {index} *indptr, const {index} *cols, " +
-                     ", ".join([f"const {t} *{param[a]}" for a in inputs] +
+                     ", ".join(["const long *live"] * (live is not None) +
+                               [f"const {t} *{param[a]}" for a in inputs] +
                                [f"{t} *{param[o]}" for o in outputs]) + ") {")
-        lines.append("    for (long v = 0; v < n_v; v++) {")
+        rows = "n_v"
+        if live is not None:
+            rows = "n_live"
+            lines += ["    long n_live = live[0] < 0 ? 0 : live[0] < n_v ? live[0] : n_v;"]
+            lines += [f"    memset({param[o]} + n_live * {width[o]}, 0, "
+                      f"(size_t)(n_v - n_live) * {width[o]} * sizeof({t}));" for o in outputs]
+        lines.append(f"    for (long v = 0; v < {rows}; v++) {{")
         for k, op in enumerate(members):
             f = width[op]
             lines.append(f"        {t} r{k}[{max(f, 1)}];")
@@ -126,5 +150,5 @@ class GroupFunctions(CFunctions):
                              f"{param[op]}[v * {f} + j] = r{k}[j];")
         lines += ["    }", "}"]
         self.functions.append("\n".join(lines) + "\n")
-        self.arity.append(2 + len(inputs) + len(outputs))
+        self.arity.append(2 + (live is not None) + len(inputs) + len(outputs))
         return name, inputs

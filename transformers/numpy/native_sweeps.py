@@ -16,13 +16,84 @@ as its ops' dependencies allow:
     broadcasts it); every value is stored, as the memory plan expects.
 Sums run over the live rows in row order in the tensor's dtype, one accumulator per
 column, as native.py's batch-norm kernels sum: results equal theirs.
+A dropout's element draws its Philox word as ngnn/philox.py (and the GPU prelude) does,
+from the seed, the call number `step` (then the function's first parameter) and the
+row-major position, and applies NumPy's arithmetic (x times the scale, then times 0 or 1):
+its values equal K.dropout's bit for bit. Eight consecutive positions share one Philox
+counter: each dropout keeps the four words of the counter it drew last.
+A standalone op (row_sweeps.standalone) is a segment of its own, a loop of its own over
+arrays complete in memory: a concat copies its pieces, an unslice writes each element
+(zeros, then its argument's elements at the key's positions), a one-hot compares each
+class id (returning 1 before it writes where one is outside [0, C): the NumPy
+statements then run and raise), a sum adds in NumPy's order (row_sweeps.sum_order), so
+each equals its NumPy call to the bit. A function returns 0 where it ran.
 """
+import ctypes
 
+import numpy as np
+
+from ngnn import philox
+from ngnn.op_graph.training_ops import Dropout, OneHot
+
+from ngnn.op_graph.layout import Concat, Unslice
 from ngnn.op_graph.normalization import LiveRowsOp
-from ngnn.passes.row_sweeps import row_shape
+from ngnn.passes.row_sweeps import (EINSUM_VECTOR_BYTES, broadcast_source, row_shape,
+                                    standalone, sum_order)
 
 from ..gpu.expressions import attribute_literals, ctype, in_precision, literal, unwrapped
 from .native_elementwise import CFunctions
+
+# Philox4x64-10 as templates/prelude.j2 computes it for the GPU (the 64-bit high product
+# through a 128-bit one): the word of `position` of call `stream`, as ngnn/philox.py maps it.
+# A counter gives the words of eight positions: `words` keeps those of counter `*kept`.
+PHILOX = """typedef unsigned long long u64;
+static inline unsigned int philox_word(u64 seed, u64 position, u64 stream, u64 *kept,
+                                       u64 *words) {
+    if (*kept != position >> 3) {
+        u64 ctr[4] = {position >> 3, stream, 0, 0}, k0 = seed, k1 = 0;
+        for (int r = 0; r < 10; ++r) {
+            unsigned __int128 p0 = (unsigned __int128)0xD2E7470EE14C6C93ULL * ctr[0];
+            unsigned __int128 p1 = (unsigned __int128)0xCA5A826395121157ULL * ctr[2];
+            u64 c1 = ctr[1], c3 = ctr[3];
+            ctr[0] = (u64)(p1 >> 64) ^ c1 ^ k0;
+            ctr[1] = (u64)p1;
+            ctr[2] = (u64)(p0 >> 64) ^ c3 ^ k1;
+            ctr[3] = (u64)p0;
+            k0 += 0x9E3779B97F4A7C15ULL;
+            k1 += 0xBB67AE8584CAA73BULL;
+        }
+        for (int w = 0; w < 4; ++w) words[w] = ctr[w];
+        *kept = position >> 3;
+    }
+    return (unsigned int)(words[(position >> 1) & 3] >> (32 * (position & 1)));
+}
+"""
+# NumPy's pairwise summation of a contiguous run (its loops' pairwise_sum): eight
+# accumulators up to 128 values, halves (a multiple of 8 first) above.
+PAIRWISE = """#define PAIRWISE(T, S)                                                          \\
+static T pairwise_##S(const T *a, long n) {                                          \\
+    if (n < 8) {                                                                     \\
+        T res = -0.0;                                                                \\
+        for (long i = 0; i < n; i++) res += a[i];                                    \\
+        return res;                                                                  \\
+    }                                                                                \\
+    if (n <= 128) {                                                                  \\
+        T r[8];                                                                      \\
+        long i;                                                                      \\
+        for (int k = 0; k < 8; k++) r[k] = a[k];                                     \\
+        for (i = 8; i < n - (n % 8); i += 8)                                         \\
+            for (int k = 0; k < 8; k++) r[k] += a[i + k];                            \\
+        T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));   \\
+        for (; i < n; i++) res += a[i];                                              \\
+        return res;                                                                  \\
+    }                                                                                \\
+    long half = n / 2;                                                               \\
+    half -= half % 8;                                                                \\
+    return pairwise_##S(a, half) + pairwise_##S(a + half, n - half);                 \\
+}
+PAIRWISE(float, f32)
+PAIRWISE(double, f64)
+"""
 
 
 class SweepFunctions(CFunctions):
@@ -30,12 +101,26 @@ class SweepFunctions(CFunctions):
     one, `load()` compiles all."""
     prefix = "sweep"
 
+    def __init__(self):
+        super().__init__()
+        self.stepped = []       # whether each function takes the call number first
+        self.pairwise = False   # whether PAIRWISE is in the source already
+
+    def load(self):
+        super().load()
+        for k, stepped in enumerate(self.stepped):
+            function = getattr(self.library, f"{self.prefix}{k}")
+            function.restype = ctypes.c_int     # not 0: run the NumPy statements
+            if stepped:
+                function.argtypes = [ctypes.c_uint64] + function.argtypes
+
     def add(self, group, comments):
         """Renders `group` (ops in step order) as `sweep<k>`, whose parameters are the
         arrays it reads, the group's outputs and the live-row count where there is one.
         Returns the name, the ops it reads, the live-row count's op (or None) and the
-        segments: (rows, F) and the positions of the arrays each reads or writes, in
-        that parameter order."""
+        segments: (rows, F), the positions of the arrays each reads or writes, in that
+        parameter order, and of those it writes; and whether it takes the call number
+        `step` first (a group with a dropout)."""
         name = f"sweep{len(self.functions)}"
         t = ctype(group[0].dtype)
         members = set(group)
@@ -49,23 +134,122 @@ class SweepFunctions(CFunctions):
         param.update({op: f"o{k}" for k, op in enumerate(group)})
         arrays = inputs + group + ([live] if live is not None else [])
         position = {a: k for k, a in enumerate(arrays)}
-        lines = [f"/* {c} */" for c in comments]
-        lines.append(f"void {name}(" + ", ".join(
-            [f"const {t} *{param[a]}" for a in inputs] + [f"{t} *{param[op]}" for op in group] +
+        stepped = any(isinstance(op, Dropout) for op in group)
+        lines = [PHILOX] if stepped and not any(self.stepped) else []
+        if not self.pairwise and any(sum_order(op) == "pairwise" for op in group):
+            lines.append(PAIRWISE)
+            self.pairwise = True
+        lines += [f"/* {c} */" for c in comments]
+        lines.append(f"int {name}(" + ", ".join(
+            (["unsigned long long step"] if stepped else []) +
+            [f"const {ctype(a.dtype)} *{param[a]}" for a in inputs] +
+            [f"{t} *{param[op]}" for op in group] +
             ([f"const {t} *live"] if live is not None else [])) + ") {")
+        lines += [f"    u64 kept_{param[op]} = ~0ULL, words_{param[op]}[4];"
+                  for op in group if isinstance(op, Dropout)]
         segments = []
         for segment in split_segments(group):
             rows, width = row_shape(segment[0])
-            lines += self.render_segment(segment, param, t, rows, width, live is not None)
-            used = {position[op] for op in segment}
-            used |= {position[a] for op in segment for a in operands(op) if a in position}
-            if live is not None and any(isinstance(op, LiveRowsOp) for op in segment):
+            # Only a segment of batch-norm ops reads the live count: another group member
+            # may make it, in an earlier segment.
+            reads_live = live is not None and any(isinstance(op, LiveRowsOp) for op in segment)
+            if standalone(segment[0]):
+                lines += self.render_standalone(segment[0], param, t)
+            else:
+                lines += self.render_segment(segment, param, t, rows, width, reads_live)
+            writes = {position[op] for op in segment}
+            used = writes | {position[a] for op in segment for a in operands(op)
+                             if a in position}
+            if reads_live:
                 used.add(position[live])
-            segments.append(((rows, width), tuple(sorted(used))))
-        lines.append("}")
+            segments.append(((rows, width), tuple(sorted(used)), tuple(sorted(writes))))
+        lines += ["    return 0;", "}"]
         self.functions.append("\n".join(lines) + "\n")
         self.arity.append(len(inputs) + len(group) + (live is not None))
-        return name, inputs, live, segments
+        self.stepped.append(stepped)
+        return name, inputs, live, segments, stepped
+
+    @staticmethod
+    def render_standalone(op, param, t):
+        """The C of a standalone op's segment (row_sweeps.standalone): a loop of its own
+        over its arguments, complete in memory."""
+        out, lines = param[op], ["    {"]
+        if isinstance(op, Concat):
+            # out as (outer, L, inner): each piece's (outer, l, inner) at its offset.
+            outer = int(np.prod(op.shape[:op.axis], dtype=np.int64))
+            inner = int(np.prod(op.shape[op.axis + 1:], dtype=np.int64))
+            length, offset = op.shape[op.axis], 0
+            for a in op.args:
+                block = a.shape[op.axis] * inner
+                lines += [f"    for (long o = 0; o < {outer}; o++)",
+                          f"        for (long e = 0; e < {block}; e++)",
+                          f"            {out}[(o * {length} + {offset}) * {inner} + e] = "
+                          f"{param[a]}[o * {block} + e];"]
+                offset += a.shape[op.axis]
+        elif isinstance(op, OneHot):
+            # Class ids outside [0, C): return before writing, the NumPy statements raise.
+            ids, (count, classes) = param[op.args[0]], op.shape
+            lines += [f"    for (long i = 0; i < {count}; i++)",
+                      f"        if ({ids}[i] < 0 || {ids}[i] >= {classes}) return 1;",
+                      f"    for (long i = 0; i < {count}; i++)",
+                      f"        for (long j = 0; j < {classes}; j++)",
+                      f"            {out}[i * {classes} + j] = ({t})({ids}[i] == j);"]
+        elif isinstance(op, Unslice):
+            # Zeros, then the argument's elements at the key's positions (a loop over
+            # the argument's axes); an argument of the output's shape fills it all (the
+            # key takes every element in order), in place where it is the output.
+            x = op.args[0]
+            if x.shape != op.shape:
+                lines.append(f"    memset({out}, 0, {op.size} * sizeof({t}));")
+            out_strides = [int(np.prod(op.shape[d + 1:], dtype=np.int64))
+                           for d in range(op.ndim)]
+            index, axis = [], 0
+            for k, stride in zip(op.key, out_strides):
+                if isinstance(k, slice):
+                    index.append(f"({k.start} + {k.step} * i{axis}) * {stride}")
+                    axis += 1
+                else:
+                    index.append(f"{k} * {stride}")
+            lines += [f"    {'    ' * d}for (long i{d} = 0; i{d} < {size}; i{d}++)"
+                      for d, size in enumerate(x.shape)]
+            flat = " + ".join(f"i{d} * {int(np.prod(x.shape[d + 1:], dtype=np.int64))}"
+                              for d in range(x.ndim)) or "0"
+            lines.append(f"    {'    ' * x.ndim}{out}[{' + '.join(index) or '0'}] = "
+                         f"{param[x]}[{flat}];")
+        else:
+            lines += SweepFunctions.render_sum(op, param[op.args[0]], out, t)
+        return lines + ["    }"]
+
+    @staticmethod
+    def render_sum(op, x, out, t):
+        """A Sum in NumPy's order (row_sweeps.sum_order), from 0 (a sum of -0s is +0)."""
+        order, shape = sum_order(op), op.args[0].shape
+        if order == "pairwise":
+            return [f"    {out}[0] = ({t})0 + pairwise_{'f32' if t == 'float' else 'f64'}"
+                    f"({x}, {op.args[0].size});"]
+        if order == "columns":
+            rows, width = shape
+            return [f"    for (long j = 0; j < {width}; j++) {out}[j] = 0;",
+                    f"    for (long i = 0; i < {rows}; i++)",
+                    f"        for (long j = 0; j < {width}; j++) "
+                    f"{out}[j] = {out}[j] + {x}[i * {width} + j];"]
+        # "lanes": np.einsum's vectors of L lanes, four at a time into the accumulator.
+        n = int(np.prod([shape[a] for a in op.axes], dtype=np.int64))
+        lanes = EINSUM_VECTOR_BYTES // op.dtype.itemsize
+        tree = "(acc[0] + acc[1]) + (acc[2] + acc[3])" if lanes == 4 else "acc[0] + acc[1]"
+        return [f"    for (long r = 0; r < {op.size}; r++) {{",
+                f"        const {t} *a = {x} + r * {n};",
+                f"        {t} acc[{lanes}] = {{0}};",
+                "        long c = " + str(n) + ";",
+                f"        for (; c >= {4 * lanes}; c -= {4 * lanes}, a += {4 * lanes})",
+                f"            for (int l = 0; l < {lanes}; l++)",
+                f"                acc[l] = ((a[l] + a[{lanes} + l]) + (a[{2 * lanes} + l] + "
+                f"a[{3 * lanes} + l])) + acc[l];",
+                f"        for (; c > 0; c -= {lanes}, a += {lanes})",
+                f"            for (int l = 0; l < {lanes}; l++) "
+                f"acc[l] = (l < c ? a[l] : ({t})0) + acc[l];",
+                f"        {out}[r] = ({tree}) + ({t})0;",
+                "    }"]
 
     def render_segment(self, segment, param, t, rows, width, has_live):
         """The C of one segment, in a block of its own: its live rows, its sums'
@@ -141,8 +325,14 @@ class SweepFunctions(CFunctions):
         return f"{param[a]}[{index}]"
 
     def element_expr(self, op, group, sweep, sweeps, param, t, rows, width):
+        if isinstance(op, Dropout):
+            x = self.value(operands(op)[0], group, sweep, sweeps, param, rows, width)
+            scale = literal(philox.keep_scale(op.rate, op.dtype), op.dtype)
+            keep = f"(philox_word({op.seed}ULL, (u64)(i * F + j), step, " \
+                f"&kept_{param[op]}, words_{param[op]}) >= {philox.keep_threshold(op.rate)}u)"
+            return f"({x} * {scale}) * ({t}){keep}"
         fields = attribute_literals(op)
-        for field, a in zip(("x", "y"), op.args):
+        for field, a in zip(("x", "y"), operands(op)):
             fields[field] = literal(a.value, op.dtype) if is_scalar(a) else \
                 self.value(a, group, sweep, sweeps, param, rows, width)
         return unwrapped(in_precision(op.c.format(out_ctype=t, **fields), op.dtype))
@@ -170,15 +360,19 @@ def is_scalar(op):
 
 
 def operands(op):
-    """The arguments a group member reads (a batch-norm op's live count aside)."""
-    return op.args[:op.fixed_args] if isinstance(op, LiveRowsOp) else op.args
+    """The arrays a group member reads: its arguments, a batch-norm op's live count
+    aside, an element-wise op's broadcasts as their sources."""
+    if isinstance(op, LiveRowsOp):
+        return op.args[:op.fixed_args]
+    return op.args if standalone(op) else [broadcast_source(a) for a in op.args]
 
 
 def split_segments(group):
     """The group's runs of consecutive ops of one (rows, F) shape."""
     segments = []
     for op in group:
-        if segments and row_shape(segments[-1][0]) == row_shape(op):
+        if segments and not standalone(op) and not standalone(segments[-1][0]) and \
+                row_shape(segments[-1][0]) == row_shape(op):
             segments[-1].append(op)
         else:
             segments.append([op])

@@ -304,9 +304,10 @@ class ModuleWriter:
             # The whole group as one C loop over its vertices (native_groups.py), the
             # Python function kept for arrays it does not fit.
             skipped = blocks.skipped
+            live = self.native_groups.live_count(blocks, getattr(self.comp, "zero_rows", {}))
             name, reads = self.native_groups.add(
                 blocks, [op_comment(op, self.value_names) for op in group.ops
-                         if op not in skipped])
+                         if op not in skipped], live)
             params = [i for i in group.inputs if not is_scalar_constant(i)]
             csr = "in" if group.at == "dst" else "out"
             native_call = "native_" + group.name
@@ -317,8 +318,11 @@ class ModuleWriter:
                 f"{'src' if csr == 'in' else 'dst'!r}, "
                 f"{tuple(params.index(a) for a in reads)}, {tuple(a.shape for a in reads)}, "
                 f"np.{group.outputs[0].dtype.name}, "
-                f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name})")
+                f"({''.join(self.name_of(o) + ', ' for o in group.outputs)}), {group.name}"
+                f"{', live=True' if live is not None else ''})")
             call = native_call + call[len(group.name):]
+            if live is not None:        # the fed count, after the group's own arguments
+                call = f"{call[:-1]}, {self.name_of(live)})"
             outputs += " in one C loop (native_groups.py)"
             if all(self.bound_at_bind(a) or a in self.bind_views or isinstance(a, Placeholder)
                    for a in params):
@@ -329,6 +333,8 @@ class ModuleWriter:
                          for a in params]
                 fed = {f"a{k}": (self.name_of(a), a.shape, a.dtype)
                        for k, a in enumerate(reads) if isinstance(a, Placeholder)}
+                if live is not None:        # the slot's fed live count
+                    fed["live"] = (self.name_of(live), live.shape, live.dtype)
                 made = ", ".join(self.value_names[o] for o in group.outputs)
                 self.body.append(Statement(
                     call, f"  # {outputs} = {group.name}({inputs})",
@@ -349,20 +355,28 @@ class ModuleWriter:
             name, args, comment = self.sweep_values[op]
             statements += [s + comment for s in self.codegen.generate_op(op, name, args)]
             comments.append(op_comment(op, self.value_names))
-        function, inputs, live, segments = self.sweeps.add(group, comments)
+        function, inputs, live, segments, stepped = self.sweeps.add(group, comments)
         first = self.names[group[0]]
         fallback, call = "sweep" + first[1:], "call" + first[1:]
-        self.bind_lines += [f"def {fallback}():"] + ["    " + s for s in statements]
-        arrays = [self.name_of(a) for a in inputs]
+        # The arrays fed to the step, passed at each call, then a dropout's call number.
+        fed = [k for k, a in enumerate(inputs) if isinstance(a, Placeholder)]
+        params = ", ".join([self.name_of(inputs[k]) for k in fed] +
+                           (["step"] if stepped else []))
+        self.bind_lines += [f"def {fallback}({params}):"] + ["    " + s for s in statements]
+        arrays = ["None" if k in fed else self.name_of(a) for k, a in enumerate(inputs)]
         outputs = [self.names[op] for op in group]
+        fed_shapes = "".join(f"({k}, {inputs[k].shape}, np.{inputs[k].dtype.name}), "
+                             for k in fed)
         self.bind_lines.append(
             f"{call} = N.prepare_sweep({self.ref('native', self.sweeps)}.library.{function}, "
             f"({''.join(a + ', ' for a in arrays)}), ({''.join(o + ', ' for o in outputs)}), "
             f"{'None' if live is None else self.name_of(live)}, {tuple(segments)}, "
-            f"{fallback})")
+            f"{fallback}{f', fed=({fed_shapes})' if fed else ''})")
         self.body.append(Statement(
-            f"{call}()", f"  # {', '.join(self.value_names[op] for op in group)} in one C "
-            "function (native_sweeps.py)", comments, Call(self.sweeps, function),
+            f"{call}({params})", f"  # {', '.join(self.value_names[op] for op in group)} in one "
+            "C function (native_sweeps.py)", comments,
+            Call(self.sweeps, function, fed={f"a{k}": (self.name_of(inputs[k]), inputs[k].shape,
+                                                       inputs[k].dtype) for k in fed}),
             f"N.call_arguments({call})", first, [f"# {c}" for c in comments]))
 
     def in_c_product(self, op):

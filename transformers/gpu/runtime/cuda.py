@@ -27,9 +27,13 @@ class CUDARuntime(Runtime):
         major, minor = device.compute_capability()
         self.arch = f"sm_{major}{minor}"
         self.options = list(options)
-        # make_context also makes the context current on this thread, where every call runs.
         self._device = device
-        context = device.make_context()
+        # The device's primary context, the one the CUDA runtime API (PyTorch, CuPy) uses,
+        # made current on this thread, where every call runs. A context of our own would be
+        # displaced when PyTorch makes its context current, or when a second runtime made
+        # its own, and our launches on its stream would fail ("invalid resource handle").
+        context = device.retain_primary_context()
+        context.push()
         self._stream = drv.Stream()
         # PyCUDA aborts the process at exit if a context is still on its stack: detach ours
         # when this runtime is closed, collected or the interpreter exits, whichever is first.
