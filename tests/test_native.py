@@ -504,6 +504,244 @@ def test_layers_with_sweep_and_c_groups_equal_numpy(dtype, name):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+def products_in_one_segment(products):
+    """One segment (native_segments.py) of the products `(a, b, out, live, contract)`:
+    np.matmul where live is None, else K.zero_row_matmul. Returns the segment's function
+    of `step`, whether each product is made in C, and the list of the products that ran
+    in Python (their statements' calls)."""
+    from ngnn.transformers.numpy.native_segments import Product, SegmentFunctions
+    functions = SegmentFunctions()
+    name, _, _, size = functions.add(
+        [Product(a.dtype, None if live is None else live.dtype, contract)
+         for a, b, out, live, contract in products],
+        [[f"product {k}"] for k in range(len(products))])
+    functions.load()
+    ran_in_python = []
+
+    def statement(k):
+        a, b, out, live, contract = products[k]
+        ran_in_python.append(k)
+        if live is None:
+            np.matmul(a, b, out=out)
+        else:
+            K.zero_row_matmul(a, b, live, contract, out)
+    slots = [native.product_arguments(a, b, out, *([] if live is None else [contract, live]))
+             for a, b, out, live, contract in products]
+    run = native.prepare_segment(getattr(functions.library, name), size, slots,
+                                 [lambda step, k=k: statement(k) for k in range(len(products))],
+                                 ())
+    return run, [s is not None for s in slots], ran_in_python
+
+
+def bundled_blas():
+    from ngnn.transformers.numpy import native_blas
+    if not native_blas.bundled_openblas():
+        pytest.skip("this NumPy bundles no scipy-openblas64: every product stays NumPy's")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(900, 37, 64), (64, 900, 64), (32, 64, 2), (2, 3, 2),
+                                     (1, 900, 64), (1, 2, 2)])
+def test_products_from_c_equal_matmul_to_the_bit(dtype, m, k, n):
+    """A product a segment makes through NumPy's bundled BLAS equals np.matmul's to the
+    bit: matrix @ matrix (gemm) with either operand transposed, row @ matrix (gemv)."""
+    bundled_blas()
+    rng = np.random.default_rng(m + k + n)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    cases = [(a, b), (np.ascontiguousarray(a.T).T, b), (a, np.ascontiguousarray(b.T).T)]
+    outs = [np.full((m, n), np.nan, dtype) for _ in cases]
+    run, in_c, ran_in_python = products_in_one_segment(
+        [(x, y, out, None, False) for (x, y), out in zip(cases, outs)])
+    run(0)
+    assert all(in_c) and ran_in_python == []
+    for (x, y), out in zip(cases, outs):
+        np.testing.assert_array_equal(out, np.matmul(x, y))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("live", [0, 1, 1.5, 2, 17, 40, 55.0])
+def test_zero_row_products_from_c_read_the_live_count(dtype, live):
+    """K.zero_row_matmul in a segment, both kinds (the weight gradient's contraction over
+    a transposed operand, and its ones-row bias gradient, by gemv) beside a plain
+    product: each count from 2 to the rows in C, equal to the bit; below 2 (np.matmul's
+    gemv or own loop) the segment stops and Python makes the rest."""
+    bundled_blas()
+    rng = np.random.default_rng(3)
+    rows = 40
+    x = rng.standard_normal((rows, 6)).astype(dtype)
+    x[int(np.ceil(min(live, rows))):] = 0
+    delta = rng.standard_normal((rows, 5)).astype(dtype)
+    weight = rng.standard_normal((6, 5)).astype(dtype)
+    count = np.array([live], dtype)
+    ones = np.ones((1, rows), dtype)
+    products = [(x, weight, np.full((rows, 5), np.nan, dtype), count, False),
+                (x.T, delta, np.full((6, 5), np.nan, dtype), count, True),
+                (ones, delta, np.full((1, 5), np.nan, dtype), count, True),
+                (x, weight, np.full((rows, 5), np.nan, dtype), None, False)]
+    run, in_c, ran_in_python = products_in_one_segment(products)
+    run(0)
+    assert all(in_c)
+    assert ran_in_python == ([] if np.ceil(live) >= 2 else [0, 1, 2, 3])
+    for a, b, out, count_, contract in products:
+        expected = np.empty_like(out)
+        if count_ is None:
+            np.matmul(a, b, out=expected)
+        else:
+            K.zero_row_matmul(a, b, count_, contract, expected)
+        np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("live", [0, 1, 2, 9, 40])
+def test_a_zero_row_product_reads_a_live_count_fed_to_the_segment(live):
+    """A zero-row product whose int64 live count is fed to the step (a slot's declared
+    count) reads it from the segment's fed slot at each call; a count of another dtype
+    than rendered runs the statements one by one."""
+    from ngnn.transformers.numpy.native_segments import Product, SegmentFunctions
+    bundled_blas()
+    rng = np.random.default_rng(5)
+    rows = 40
+    x = rng.standard_normal((rows, 6))
+    x[live:] = 0
+    weight, delta = rng.standard_normal((6, 5)), rng.standard_normal((rows, 5))
+    outs = [np.full((rows, 5), np.nan), np.full((6, 5), np.nan)]
+    operands = [(x, weight, outs[0], False), (x.T, delta, outs[1], True)]
+    spec = ("t_live", (1,), np.dtype(np.int64))
+    functions = SegmentFunctions()
+    name, _, fed, size = functions.add(
+        [Product(np.float64, np.int64, contract, {"live": spec}) for *_, contract in operands],
+        [["%1 = first"], ["%2 = second"]])
+    functions.load()
+    assert fed == [spec]
+    ran_in_python = []
+
+    def statement(k, count):
+        ran_in_python.append(k)
+        a, b, out, contract = operands[k]
+        K.zero_row_matmul(a, b, count, contract, out)
+    run = native.prepare_segment(
+        getattr(functions.library, name), size,
+        [native.product_arguments(a, b, out, contract) for a, b, out, contract in operands],
+        [lambda step, count, k=k: statement(k, count) for k in range(2)], (),
+        (((1,), np.dtype(np.int64)),))
+    for count, in_python in ((np.array([live]), [] if live >= 2 else [0, 1]),
+                             (np.array([float(live)]), [0, 1])):
+        ran_in_python.clear()
+        outs[0][:], outs[1][:] = np.nan, np.nan
+        run(0, count)
+        assert ran_in_python == in_python
+        for a, b, out, contract in operands:
+            np.testing.assert_array_equal(
+                out, K.zero_row_matmul(a, b, np.array([live]), contract, np.empty_like(out)))
+
+
+def test_a_live_count_that_is_not_a_number_raises_as_numpy_does():
+    bundled_blas()
+    x, weight = np.ones((8, 3)), np.ones((3, 4))
+    run, _, ran_in_python = products_in_one_segment(
+        [(x, weight, np.empty((8, 4)), np.array([np.nan]), False)])
+    with pytest.raises(ValueError):
+        run(0)
+    assert ran_in_python == [0]
+
+
+def test_products_numpy_makes_otherwise_stay_numpy_products():
+    """A column, an inner axis of 1, an output over an operand, a matrix times its own
+    transpose (NumPy's syrk), a non-contiguous fast axis, mixed dtypes: no slots, so a
+    segment holding one runs its statements one by one."""
+    from ngnn.transformers.numpy import native_blas
+    a, b = np.ones((6, 4)), np.ones((4, 3))
+    assert native_blas.matmul_call(a, b[:, :1], np.empty((6, 1))) is None
+    assert native_blas.matmul_call(a[:, :1], b[:1], np.empty((6, 3))) is None
+    shared = np.ones((6, 6))
+    assert native_blas.matmul_call(shared, shared[:, :3], shared[:, 3:]) is None
+    assert native_blas.matmul_call(a, a.T, np.empty((6, 6))) is None
+    assert native_blas.matmul_call(np.ones((6, 8))[:, ::2], b, np.empty((6, 3))) is None
+    assert native_blas.matmul_call(a, b.astype(np.float32), np.empty((6, 3))) is None
+    assert native.product_arguments(a, b[:, :1], np.empty((6, 1))) is None
+
+
+def test_without_the_bundled_blas_products_stay_numpy_calls(monkeypatch):
+    """Another NumPy build (no scipy-openblas64): no product joins a segment; the sweep
+    and fused groups still do, and the step computes what it computes with the BLAS."""
+    from ngnn.transformers.numpy import native_blas
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    with_blas = gin_trainer(data, np.float64, native=True)
+    expected = step_gradients(with_blas)
+    monkeypatch.setattr(native_blas, "bundled_openblas", lambda: [])
+    native_blas.cblas.cache_clear()
+    try:
+        without = gin_trainer(data, np.float64, native=True)
+        got = step_gradients(without)
+        source = without.train_step.source
+    finally:
+        monkeypatch.undo()
+        native_blas.cblas.cache_clear()
+    assert "N.product_arguments(" not in source and "N.prepare_segment(" in source
+    assert "np.matmul(" in source and "K.zero_row_matmul(" in source
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_segments_equal_their_statements_one_by_one(dtype, monkeypatch):
+    """GIN-0 with batch norm, two epochs: every segment of the training step runs in C
+    (none falls back) and gives, to the bit, the losses and weights of the same step with
+    each segment's statements run one by one (the native step without segments); its
+    source still comments every IR statement a segment computes, in order."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    prepare_segment, made = native.prepare_segment, []
+
+    def spy(*args):
+        run = prepare_segment(*args)
+        made.append(run)
+        return run
+
+    def one_by_one(function, size, members, statements, graphs, fed):
+        return prepare_segment(function, size, [None], statements, graphs, fed)
+    results = []
+    for prepare in (spy, one_by_one):
+        monkeypatch.setattr(native, "prepare_segment", prepare)
+        trainer = gin_trainer(data, dtype, native=True)
+        losses = [trainer.train_epoch(np.arange(12), epoch) for epoch in range(2)]
+        results.append(losses + [trainer.transformer.variable_value(v)
+                                 for v in trainer.variables])
+        source = trainer.train_step.source
+        monkeypatch.undo()
+    assert len(made) >= 5 and all(run.__name__ == "run" for run in made)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    body = [line.strip() for line in source[source.index("    def run("):].splitlines()]
+    blocks = []
+    for k, line in enumerate(body):
+        if line.startswith("segment_"):
+            first, last = line.split("  # ")[1].split(":")[0].split(" ... ")
+            start = k
+            while body[start - 1].startswith("# %"):
+                start -= 1
+            block = body[start:k]
+            assert block[0].startswith(f"# {first} = ") and block[-1].startswith(f"# {last} = ")
+            blocks.append(block)
+    assert len(blocks) >= 2
+    assert any("zero_row_dot(" in c for block in blocks for c in block)
+    assert any(" = dot(" in c for block in blocks for c in block)
+    # The fused groups reading the batch's features join segments, fed at each call.
+    assert any(line.startswith("segment_") and "(step, t_batch_features" in line
+               for line in body)
+
+
+def test_a_segment_fed_an_array_it_was_not_rendered_for_runs_its_statements(monkeypatch):
+    """The batch's features fed to the evaluation step's segments as a Fortran-ordered
+    array: the segments run their statements one by one (the fused groups their Python
+    loops), with the same logits as from a C-ordered array; then C-ordered again, in C."""
+    data = datasets.synthetic_graphs(12, min_nodes=2, max_nodes=9, num_features=3, seed=0)
+    trainer = gin_trainer(data, np.float64, native=True)
+    expected = trainer.predict(np.arange(12))
+    assert "(step, t_batch_features" in trainer.logits.source
+    c_ordered = trainer.features
+    monkeypatch.setattr(trainer, "features", lambda: np.asfortranarray(c_ordered()))
+    np.testing.assert_array_equal(trainer.predict(np.arange(12)), expected)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(trainer.predict(np.arange(12)), expected)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", [(23, 6), (7,), (40, 25)])
 @pytest.mark.parametrize("rate", [0.0, 0.5, 0.9])

@@ -34,6 +34,7 @@ import warnings
 import numpy as np
 
 from . import kernels as K
+from . import native_blas
 
 SOURCE = r"""
 #include <math.h>
@@ -374,6 +375,7 @@ def prepare_elementwise(function, args, out, statement):
         function(*addresses)
         return out
     call.arrays = (args, out)       # alive as long as their addresses are used
+    call.c_call = (function, addresses)         # for a segment (call_arguments)
     return call
 
 
@@ -421,6 +423,7 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=())
             if function(*step, *addresses):
                 statements(*step)
         call.arrays = arrays    # alive as long as their addresses are used
+        call.c_call = (function, addresses)     # for a segment (call_arguments)
         return call
     last = {"fed": None, "fits": False}
 
@@ -438,6 +441,9 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=())
         if not last["fits"] or function(*step, *addresses):
             statements(*args)
     call_fed.arrays = arrays
+    # For a segment (call_arguments): the addresses but the fed arrays', which it takes.
+    call_fed.c_call = (function, [a for k, a in enumerate(addresses)
+                                  if k not in {f[0] for f in fed}])
     return call_fed
 
 
@@ -462,6 +468,16 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
     output_addresses = tuple(o.ctypes.data for o in outputs)
     last = {"inputs": None, "addresses": None}
 
+    def addresses(args):
+        """The addresses of the inputs among `args` and of the outputs, or None where an
+        input is not what the C was rendered for; an input given as None (fed to a
+        segment at each call) has none."""
+        inputs = tuple(args[k] for k in order)
+        if all(a is None or a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+               for a, shape in zip(inputs, shapes)):
+            return tuple(a.ctypes.data for a in inputs if a is not None) + output_addresses
+        return None
+
     def call(*args):
         count = ()
         if live:
@@ -474,13 +490,12 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
         known = last["inputs"]
         if known is None or any(a is not b for a, b in zip(inputs, known)):
             last["inputs"] = inputs     # kept alive while their addresses are used
-            last["addresses"] = tuple(a.ctypes.data for a in inputs) + output_addresses \
-                if all(a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
-                       for a, shape in zip(inputs, shapes)) else None
+            last["addresses"] = addresses(args)
         if graph_addresses is None or last["addresses"] is None:
             return python(*args)
         function(rows, *graph_addresses, *count, *last["addresses"])
     call.arrays = outputs       # alive as long as their addresses are used
+    call.c_group = (function, rows, addresses)      # for a segment (group_arguments)
     return call
 
 
@@ -522,3 +537,105 @@ def prepare_copies(pairs):
             np.copyto(variable, value)
     copies.arrays = (pairs, table)     # alive as long as their addresses are used
     return copies
+
+
+# Segments (native_segments.py): each statement's slots in the segment's table, or None
+# where the statement does not run as C (the segment then runs its statements one by one).
+
+def call_arguments(call):
+    """A prepared sweep group's or element-wise op's slots: its function's address and
+    its arguments; None where the NumPy statements were prepared instead."""
+    if not hasattr(call, "c_call"):
+        return None
+    function, arguments = call.c_call
+    return [ctypes.cast(function, ctypes.c_void_p).value, *arguments]
+
+
+def group_arguments(call, inputs):
+    """A fused group's slots over `inputs` (its call's arguments but `step`, None for an
+    array fed to the step): its function's address, its vertices, its inputs' and
+    outputs' addresses (the CSR's and the fed arrays' are the segment's first slots);
+    None where its Python function runs."""
+    if not hasattr(call, "c_group"):
+        return None
+    function, rows, addresses = call.c_group
+    found = addresses(inputs)
+    return None if found is None else \
+        [ctypes.cast(function, ctypes.c_void_p).value, rows, *found]
+
+
+def product_arguments(a, b, out, contract=None, live=None):
+    """The slots of `np.matmul(a, b, out=out)` (`contract` None), or of
+    `K.zero_row_matmul(a, b, live, contract, out)`: the BLAS routine's address and the
+    call np.matmul makes with it (native_blas.matmul_call), and the live count's address
+    (no slot where `live` is None: the count is fed to the segment); None where np.matmul
+    makes no such call. A zero-row product reads its live count in the C, and its call
+    must be the same but for that count from 2 to all rows (else None), as np.matmul
+    would make it over the live rows."""
+    if contract is None:
+        call = native_blas.matmul_call(a, b, out)
+        extra = []
+    else:
+        rows = b.shape[0] if contract else a.shape[0]
+
+        def at(n):
+            return native_blas.matmul_call(a[:, :n], b[:n], out) if contract else \
+                native_blas.matmul_call(a[:n], b, out[:n])
+        call, least = at(rows), at(2)
+        if call is None or least is None or \
+                call[:3] + call[4:5] + call[6:] != least[:3] + least[4:5] + least[6:] or \
+                live is not None and (live.shape != (1,) or not live.flags.c_contiguous):
+            return None
+        extra = [] if live is None else [live.ctypes.data]
+    if call is None:
+        return None
+    routine, flag_a, flag_b, m, n, k, lda, ldb, ldc = call
+    return [native_blas.address(routine, a.dtype), routine, flag_a, flag_b, m, n, k,
+            a.ctypes.data, lda, b.ctypes.data, ldb, out.ctypes.data, ldc] + extra
+
+
+def prepare_segment(function, size, members, statements, graphs, fed=()):
+    """A segment's C function `function` as a function of `step` and the arrays fed to
+    the step it reads, its table of `size` slots made now: the CSR's slots first (for
+    each of `graphs`: graph, csr, other column, vertices, index dtype), then the fed
+    arrays' (each of `fed`: shape, dtype), then each statement's (`members`). The C
+    returns how many statements it ran; `statements` (each a function of `step` and the
+    fed arrays) run the rest, and all of them where a statement does not run as C, a CSR
+    does not fit or a fed array is not of the shape and dtype rendered."""
+    def one_by_one(step, *given):
+        for statement in statements:
+            statement(step, *given)
+    if any(member is None for member in members):
+        return one_by_one
+    first_fed = 2 * len(graphs)
+    table = np.array([0] * (first_fed + len(fed)) + [v for m in members for v in m], np.int64)
+    if table.size != size:
+        raise RuntimeError(f"a segment's table has {table.size} slots; its C reads {size}")
+    address, count = table.ctypes.data, len(statements)
+    last_csr, last_fed = [None] * len(graphs), [None] * len(fed)
+
+    def run(step, *given):
+        done = 0
+        for k, (graph, csr, other, rows, index_dtype) in enumerate(graphs):
+            addresses = csr_addresses(graph, csr, other, rows, index_dtype)
+            if addresses is None:
+                break
+            if addresses is not last_csr[k]:
+                table[2 * k:2 * k + 2] = addresses
+                last_csr[k] = addresses     # kept: no later tuple takes its identity
+        else:
+            for k, array in enumerate(given):
+                if array is not last_fed[k]:
+                    shape, dtype = fed[k]
+                    if not (isinstance(array, np.ndarray) and array.shape == shape and
+                            array.dtype == dtype and array.flags.c_contiguous):
+                        break
+                    table[first_fed + k] = array.ctypes.data
+                    last_fed[k] = array     # kept alive while its address is used
+            else:
+                done = function(address, step)
+        if done < count:
+            for statement in statements[done:]:
+                statement(step, *given)
+    run.arrays = (table, members)
+    return run

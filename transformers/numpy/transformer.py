@@ -15,18 +15,22 @@ import numpy as np
 from ngnn.naming import sanitize, value_identifier
 from ngnn.passes import FusedGroup, ZeroRowProducts
 from ngnn.op_graph.printer import op_comment
-from ngnn.op_graph import Assign, Constant, Placeholder, Variable
+from ngnn.op_graph import Assign, Constant, Dot, Placeholder, Variable, ZeroRowDot
 from ngnn.passes.block_planning import DEFAULT_BLOCK_BYTES, BlockPlanning
 from ngnn.passes.buffer_sharing import BufferSharing
 from ngnn.passes.row_sweeps import RowSweeps
 
 from ..base import DeviceBufferStorage, DeviceTensor, Resident, Transformer, buffer_holding
-from . import native
+from . import native, native_blas
 from .codegen import NumPyCodeGenerator, is_scalar_constant, literal
 from .fused import FusedGroupWriter
 from .native_elementwise import NativeElementwise
 from .native_groups import GroupFunctions
+from .native_segments import Call, Product, SegmentFunctions, Statement
 from .native_sweeps import SweepFunctions
+
+# The live counts a segment's zero-row product reads (as K.live_rows does).
+LIVE_COUNT_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)}
 
 
 class NumPyDeviceBufferStorage(DeviceBufferStorage):
@@ -128,7 +132,8 @@ class NumPyTransformer(Transformer):
         native_kernels = self.options.get("native", False) and native.usable()
         module = ModuleWriter(computation, self.debug_nans, native_kernels)
         source = module.render()
-        for library in (module.elementwise, module.sweeps, module.native_groups):
+        for library in (module.elementwise, module.sweeps, module.native_groups,
+                        module.segments):
             if library is not None and library.functions:
                 library.load()
         filename = f"<ngnn numpy: {computation.name}#{id(computation):x}>"
@@ -197,6 +202,8 @@ class ModuleWriter:
         self.elementwise = NativeElementwise() if native_kernels else None
         self.sweeps = SweepFunctions() if native_kernels else None
         self.native_groups = GroupFunctions() if native_kernels else None
+        # Runs of the body's C calls and products as one C function each (native_segments.py)
+        self.segments = SegmentFunctions() if native_kernels else None
         # Views the same at every call, made once in bind (RowSweeps, native mode only).
         self.bind_views = getattr(computation, "bind_views", set()) if native_kernels else set()
         # op -> its sweep group (RowSweeps), where the group runs as one C function
@@ -257,6 +264,7 @@ class ModuleWriter:
                 for variable, value, comment in self.native_copies] + ["))"]
             self.deferred.append("copies()  # the step's assignments (`copies` in bind), "
                                  "landing last")
+        body = self.segmented(self.body) if self.segments is not None else self.body
         function = "run"
         params = [self.name_of(p) for p in self.comp.parameters] + ["step"]
         results = [f"np.array({self.name_of(r)})" if is_scalar_constant(r) else
@@ -278,7 +286,7 @@ class ModuleWriter:
                          "# the fused groups' block values (fused.py)")
         lines += ["    " + line for line in self.bind_lines]
         lines += ["", f"    def {function}({', '.join(params)}):"]
-        lines += ["        " + line for line in self.body + self.deferred]
+        lines += ["        " + line for line in body + self.deferred]
         lines += [f"        return ({', '.join(results)}{',' if len(results) == 1 else ''})",
                   "", f"    return {function}", ""]
         return "\n".join(lines)
@@ -316,6 +324,27 @@ class ModuleWriter:
             if live is not None:        # the fed count, after the group's own arguments
                 call = f"{call[:-1]}, {self.name_of(live)})"
             outputs += " in one C loop (native_groups.py)"
+            if all(self.bound_at_bind(a) or a in self.bind_views or isinstance(a, Placeholder)
+                   for a in params):
+                # It may join a segment: its arrays bound once, but for the CSR and the
+                # arrays fed to the step (`fed`), whose addresses the segment takes.
+                index = getattr(group.graph, f"{csr}_indptr").dtype
+                names = ["None" if isinstance(a, Placeholder) else self.name_of(a)
+                         for a in params]
+                fed = {f"a{k}": (self.name_of(a), a.shape, a.dtype)
+                       for k, a in enumerate(reads) if isinstance(a, Placeholder)}
+                if live is not None:        # the slot's fed live count
+                    fed["live"] = (self.name_of(live), live.shape, live.dtype)
+                made = ", ".join(self.value_names[o] for o in group.outputs)
+                self.body.append(Statement(
+                    call, f"  # {outputs} = {group.name}({inputs})",
+                    [f"{made} = {group.name}({inputs}) in one C loop (native_groups.py)"],
+                    Call(self.native_groups, name, (group.graph, csr, "src" if csr == "in"
+                                                    else "dst", group.outputs[0].shape[0],
+                                                    index), fed),
+                    f"N.group_arguments({native_call}, ({''.join(n + ', ' for n in names)}))",
+                    self.name_of(group.outputs[0])))
+                return
         self.body.append(f"{call}  # {outputs} = {group.name}({inputs})")
 
     def emit_sweep(self, group):
@@ -343,9 +372,69 @@ class ModuleWriter:
             f"({''.join(a + ', ' for a in arrays)}), ({''.join(o + ', ' for o in outputs)}), "
             f"{'None' if live is None else self.name_of(live)}, {tuple(segments)}, "
             f"{fallback}{f', fed=({fed_shapes})' if fed else ''})")
-        self.body += [f"# {c}" for c in comments]
-        self.body.append(f"{call}({params})  # {', '.join(self.value_names[op] for op in group)} "
-                         "in one C function (native_sweeps.py)")
+        self.body.append(Statement(
+            f"{call}({params})", f"  # {', '.join(self.value_names[op] for op in group)} in one "
+            "C function (native_sweeps.py)", comments,
+            Call(self.sweeps, function, fed={f"a{k}": (self.name_of(inputs[k]), inputs[k].shape,
+                                                       inputs[k].dtype) for k in fed}),
+            f"N.call_arguments({call})", first, [f"# {c}" for c in comments]))
+
+    def in_c_product(self, op):
+        """Whether `op` is a product a segment may make (native_segments.py): a 2-D
+        np.matmul or K.zero_row_matmul (its live count a number bound once or fed) of
+        float32 or float64 matrices bound once, NumPy's BLAS found, no NaN checks between
+        statements."""
+        if not isinstance(op, (Dot, ZeroRowDot)) or self.debug_nans:
+            return False
+        a, b, *live = op.args
+        return a.ndim == b.ndim == 2 and a.dtype == b.dtype == op.dtype and \
+            native_blas.cblas(native_blas.GEMM, op.dtype) is not None and \
+            all(self.bound_at_bind(x) or x in self.bind_views for x in [a, b, op]) and \
+            all(x.dtype in LIVE_COUNT_DTYPES and (self.bound_at_bind(x) or
+                                                  x in self.bind_views or
+                                                  isinstance(x, Placeholder)) for x in live)
+
+    def segmented(self, body):
+        """The body with each run of two or more Statements as one segment: a C function
+        making their calls in order (native_segments.py), prepared in bind, called once
+        in the body after the IR statements it computes."""
+        lines, run = [], []
+        for entry in body + [None]:
+            if isinstance(entry, Statement):
+                run.append(entry)
+                continue
+            if len(run) == 1:
+                lines += run[0].lines()
+            elif run:
+                lines += self.emit_segment(run)
+            run = []
+            if entry is not None:
+                lines.append(entry)
+        return lines
+
+    def emit_segment(self, run):
+        """The body lines of a segment of the Statements `run`: the comment of every IR
+        statement it computes, in order, and its call; in bind, its C function's table
+        (N.prepare_segment, from each statement's slots) and the statements one by one,
+        which run where the C does not."""
+        function, graphs, fed, size = self.segments.add([s.member for s in run],
+                                                        [s.ir for s in run])
+        name = "segment" + run[0].key[1:]
+        library = self.ref("native", self.segments)
+        graphs = [f"({self.ref('graph', graph)}, {csr!r}, {other!r}, {rows}, "
+                  f"np.{index.name})" for graph, csr, other, rows, index in graphs]
+        given = "".join(f", {array}" for array, _, _ in fed)      # the run's parameters
+        self.bind_lines += [f"{name} = N.prepare_segment({library}.library.{function}, "
+                            f"{size}, ("] + \
+            [f"    {s.arguments},  # {', '.join(ir.split(' = ')[0] for ir in s.ir)}"
+             for s in run] + ["), ("] + \
+            [f"    lambda step{given}: {s.text},{s.comment}" for s in run] + \
+            [f"), ({''.join(g + ', ' for g in graphs)}), "
+             f"({''.join(f'({shape}, np.{dtype.name}), ' for _, shape, dtype in fed)}))"]
+        values = [ir.split(" = ")[0] for s in run for ir in s.ir]
+        return [f"# {ir}" for s in run for ir in s.ir] + [
+            f"{name}(step{given})  # {values[0]} ... {values[-1]}: {len(run)} statements in "
+            "one C function (native_segments.py)"]
 
     def bind_value(self, op):
         """The name of `op`'s array (bound to its planned view, or the variable it is
@@ -415,8 +504,23 @@ class ModuleWriter:
                 f"{call} = N.prepare_elementwise({self.ref('native', self.elementwise)}"
                 f".library.{function}, ({''.join(a + ', ' for a in arrays)}), {name}, "
                 f"lambda: {statements[0]})")
-            statements = [f"{call}()"]
-        self.body.extend(s + comment for s in statements)
+            statements = [Statement(f"{call}()", comment, [op_comment(op, self.value_names)],
+                                    Call(self.elementwise, function),
+                                    f"N.call_arguments({call})", name)]
+        elif self.segments is not None and self.in_c_product(op):
+            # A product made by NumPy's own BLAS from C, in a segment (native_segments.py).
+            a, b, *live = args
+            count = op.args[2] if live else None
+            fed = {"live": (live[0], count.shape, count.dtype)} \
+                if isinstance(count, Placeholder) else {}
+            arguments = f"{a}, {b}, {name}" + \
+                (f", {op.contract}" + ("" if fed else f", {live[0]}") if live else "")
+            statements = [Statement(
+                statements[0], comment, [op_comment(op, self.value_names)],
+                Product(op.dtype, None if count is None else count.dtype,
+                        getattr(op, "contract", False), fed),
+                f"N.product_arguments({arguments})", name)]
+        self.body.extend(s if isinstance(s, Statement) else s + comment for s in statements)
         if self.debug_nans and not op.is_view:
             self.checked_ops.append(op)
             self.body.append(f"K.check_finite(ops[{len(self.checked_ops) - 1}], {name}, "
