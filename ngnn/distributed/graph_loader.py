@@ -225,14 +225,24 @@ class RankGraphLoader:
     def load(self, ids):
         """Collective: every rank loads the same batch `ids`."""
         ids = np.asarray(ids, dtype=np.int64)
-        batch, features = self.dataset.batch(ids)
-        graph = batch.with_self_loops() if self.loader.self_loops else batch
-        owner = balanced_ranges(np.ones(graph.num_nodes), self.ranks)
-        part = Partition(graph.src, graph.dst, owner, owner[graph.dst], self.ranks,
-                         "ranges", None).part(self.rank)
+        cut = self.loader._cut
+        if cut is None:
+            batch, features = self.dataset.batch(ids)
+            graph = batch.with_self_loops() if self.loader.self_loops else batch
+            n, src, dst, graph_ids = graph.num_nodes, graph.src, graph.dst, batch.graph_ids
+        else:
+            # The same edges in the same order as dataset.batch's, cut out of the
+            # dataset's table instead of built and checked again per batch.
+            n, edges, graph_ids, nodes = cut.batch(ids)
+            src, dst = edges[:, 0], edges[:, 1]
+        owner = balanced_ranges(np.ones(n), self.ranks)
+        part = Partition(src, dst, owner, owner[dst], self.ranks, "ranges", None) \
+            .part(self.rank)
         masters = part.nodes[:part.num_masters]
-        self.slot.load(part, batch.graph_ids[masters])
-        fill_rows(self, masters.shape[0], features[masters], ids)
+        self.slot.load(part, graph_ids[masters])
+        rows = features[masters] if cut is None else \
+            np.take(self.dataset.features, nodes[masters], axis=0)
+        fill_rows(self, masters.shape[0], rows, ids)
 
 
 class DistributedGraphLoaderTrainer(GraphTrainer):

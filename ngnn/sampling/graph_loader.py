@@ -181,28 +181,14 @@ class GraphLoader:
         dataset's (`_DatasetCut`) instead of building, checking and sorting the batch's
         graph and its readout block again: that was most of a step's host time. Returns
         (vertices, their feature rows)."""
-        cut = self._cut
-        # Per graph, [vertex, vertex, edge, edge] offsets: the dataset's minus the batch's,
-        # what renumbers each of the table's columns from the dataset to the batch.
-        amounts = cut.amounts[ids]
-        ends = np.cumsum(amounts, axis=0)
-        back = cut.offsets[ids] - ends + amounts
-        n, e = (int(ends[-1, 0]), int(ends[-1, 2])) if ids.size else (0, 0)
-        # A graph's edges end in its own vertices, so its edges hold one run of each
-        # dataset-wide CSR order: the run, renumbered to the batch's vertex and edge ids.
-        edge_back = np.repeat(back, amounts[:, 2], axis=0)
-        # np.take: several times as fast as indexing with an array, for the same rows.
-        edges = np.take(cut.table, self._counting[:e] + edge_back[:, 3], axis=0)
-        edges -= edge_back
+        n, edges, graph_ids, nodes = self._cut.batch(ids)
         slot = self.slot
         slot.graph.load_grouped(edges[:, 0], edges[:, 1], n, n, edges[:, 2], edges[:, 3])
         # The readout block (batch.readout_graph): edge i goes vertex i -> its graph, in
         # both CSR orders already.
-        graph_ids = np.repeat(self._counting[:ids.size], amounts[:, 0])
         slot.readout_graph.load_grouped(self._counting[:n], graph_ids, max(n, ids.size),
                                         ids.size, None, None)
         slot.loaded = ids.size
-        nodes = self._counting[:n] + np.repeat(back[:, 0], amounts[:, 0])
         return n, np.take(self.dataset.features, nodes, axis=0)
 
 
@@ -224,3 +210,26 @@ class _DatasetCut:
         self.offsets = np.stack([nodes, nodes, edges, edges], axis=1).astype(np.int64)
         sizes, counts = dataset.graph_sizes, dataset.edge_counts
         self.amounts = np.stack([sizes, sizes, counts, counts], axis=1).astype(np.int64)
+        # 0, 1, 2, ...: the ids a batch's vertices, edges and graphs count up from.
+        self.counting = np.arange(max(len(self.table), len(sizes), int(sizes.sum())),
+                                  dtype=np.int64)
+
+    def batch(self, ids):
+        """The batch of graphs `ids` as dataset.batch(ids) numbers it, cut out of the
+        table: (its vertex count, its table rows renumbered to the batch's vertex and
+        edge ids, each vertex's graph in the batch, each vertex's dataset-wide id)."""
+        # Per graph, [vertex, vertex, edge, edge] offsets: the dataset's minus the batch's,
+        # what renumbers each of the table's columns from the dataset to the batch.
+        amounts = self.amounts[ids]
+        ends = np.cumsum(amounts, axis=0)
+        back = self.offsets[ids] - ends + amounts
+        n, e = (int(ends[-1, 0]), int(ends[-1, 2])) if ids.size else (0, 0)
+        # A graph's edges end in its own vertices, so its edges hold one run of each
+        # dataset-wide CSR order: the run, renumbered to the batch's vertex and edge ids.
+        edge_back = np.repeat(back, amounts[:, 2], axis=0)
+        # np.take: several times as fast as indexing with an array, for the same rows.
+        edges = np.take(self.table, self.counting[:e] + edge_back[:, 3], axis=0)
+        edges -= edge_back
+        graph_ids = np.repeat(self.counting[:ids.size], amounts[:, 0])
+        nodes = self.counting[:n] + np.repeat(back[:, 0], amounts[:, 0])
+        return n, edges, graph_ids, nodes
