@@ -42,6 +42,22 @@ def test_cut_batches_equal_the_batched_graphs_loaded(data, batch_size):
             assert not fast.features[batch.num_nodes:].any()
 
 
+@pytest.mark.parametrize("name", ["mutag", "nci1"])
+def test_a_cut_batch_is_the_batched_graph(name):
+    # What each rank partitions (RankGraphLoader.load): the batch's edges in
+    # GraphDataset.batch's order, its vertices' graphs and their feature rows.
+    data = datasets.load(name)
+    loader = GraphLoader(data, batch_size=32, seed=3)
+    for ids in loader.split(loader.order(1)):
+        batch, features = data.batch(ids)
+        n, edges, graph_ids, nodes = loader._cut.batch(ids)
+        assert n == batch.num_nodes
+        np.testing.assert_array_equal(edges[:, 0], batch.src)
+        np.testing.assert_array_equal(edges[:, 1], batch.dst)
+        np.testing.assert_array_equal(graph_ids, batch.graph_ids)
+        np.testing.assert_array_equal(data.features[nodes], features)
+
+
 def test_load_grouped_refuses_a_block_without_room_for_padding():
     slot = GraphSlot(4, 3)
     with pytest.raises(ValueError, match="do not fit"):
