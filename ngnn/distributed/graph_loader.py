@@ -133,15 +133,16 @@ class RankReadoutSlot(RankReadoutGraph):
         self.version = -1
         self._place(np.full(num_masters, num_graphs - 1, np.int64), num_graphs, exchange)
 
-    def load(self, graph_ids):
-        """Collective: every rank loads its share of the same batch (`holds` and
-        `graph_sizes` are gathered from all)."""
-        self._place(graph_ids, self.num_dst, self.exchange)
+    def load(self, graph_ids, every=None):
+        """Every rank loads its share of the same batch; `every`, each rank's vertex count
+        per graph (what `holds` and `graph_sizes` come from), is gathered from all (a
+        collective) unless given."""
+        self._place(graph_ids, self.num_dst, self.exchange, every)
 
-    def _place(self, graph_ids, num_graphs, exchange):
+    def _place(self, graph_ids, num_graphs, exchange, every=None):
         version = self.version + 1
         self.__dict__.clear()         # as GraphSlot's: nothing derived from old edges stays
-        RankReadoutGraph.__init__(self, graph_ids, num_graphs, exchange)
+        RankReadoutGraph.__init__(self, graph_ids, num_graphs, exchange, every)
         self.version = version
 
 
@@ -161,13 +162,21 @@ class RankBatchSlot:
         self.graph_mask = ng.placeholder((num_graphs,), dtype=np.bool_, name="graph_mask")
         self.exchange = exchange
 
-    def load(self, part, graph_ids):
+    def load(self, part, graph_ids, owner=None, batch_graph_ids=None):
         """Loads `part` of a batch and its masters' graphs (padding masters go to the
-        padding graph)."""
+        padding graph). Given the whole batch's vertex owners `owner` and graphs
+        `batch_graph_ids` (the same on every rank), each rank's vertex count per graph is
+        counted here instead of gathered from the ranks."""
         ids = np.full(self.num_nodes, self.num_graphs - 1, np.int64)
         ids[:graph_ids.shape[0]] = graph_ids
         self.local.load(part)
-        self.readout_graph.load(ids)
+        every = None
+        if owner is not None:
+            ranks, graphs = self.exchange.size, self.num_graphs
+            every = np.bincount(owner * graphs + batch_graph_ids,
+                                minlength=ranks * graphs).reshape(ranks, graphs)
+            every[:, -1] += self.num_nodes - np.bincount(owner, minlength=ranks)
+        self.readout_graph.load(ids, every)
 
     @property
     def own_graphs(self):
@@ -239,7 +248,7 @@ class RankGraphLoader:
         part = Partition(src, dst, owner, owner[dst], self.ranks, "ranges", None) \
             .part(self.rank)
         masters = part.nodes[:part.num_masters]
-        self.slot.load(part, graph_ids[masters])
+        self.slot.load(part, graph_ids[masters], owner, graph_ids)
         rows = features[masters] if cut is None else \
             np.take(self.dataset.features, nodes[masters], axis=0)
         fill_rows(self, masters.shape[0], rows, ids)
