@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from ngnn import datasets, philox
+from ngnn.datasets.graph_dataset import GraphDataset
+from ngnn.graph import Graph
 from ngnn.sampling.graph_loader import GraphLoader
 from ngnn.sampling.slot import GraphSlot
 
@@ -22,10 +24,18 @@ def assert_same_graph(a, b):
         np.testing.assert_array_equal(x, y, err_msg=name)
 
 
+def with_empty_graphs():
+    """Graphs of 0, 1 or 2 vertices: batches with fewer vertices than graphs."""
+    sizes = np.random.default_rng(0).integers(0, 3, 40)
+    graphs = [Graph([0] if n > 1 else [], [1] if n > 1 else [], n) for n in sizes]
+    return GraphDataset("empty", graphs, sizes % 2, np.arange(3 * sizes.sum()).reshape(-1, 3))
+
+
 @pytest.mark.parametrize("data", [datasets.load("mutag"),
                                   datasets.synthetic_graphs(num_graphs=40, min_nodes=1,
-                                                            max_nodes=9, edge_prob=0.5)],
-                         ids=["mutag", "synthetic"])
+                                                            max_nodes=9, edge_prob=0.5),
+                                  with_empty_graphs()],
+                         ids=["mutag", "synthetic", "empty graphs"])
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
 def test_cut_batches_equal_the_batched_graphs_loaded(data, batch_size):
     fast = GraphLoader(data, batch_size=batch_size, seed=3)
@@ -50,18 +60,20 @@ def test_a_cut_batch_is_the_batched_graph(name):
     loader = GraphLoader(data, batch_size=32, seed=3)
     for ids in loader.split(loader.order(1)):
         batch, features = data.batch(ids)
-        n, edges, graph_ids, nodes = loader._cut.batch(ids)
+        n, src, dst, graph_ids, nodes = loader._cut.batch(ids)
         assert n == batch.num_nodes
-        np.testing.assert_array_equal(edges[:, 0], batch.src)
-        np.testing.assert_array_equal(edges[:, 1], batch.dst)
+        np.testing.assert_array_equal(src, batch.src)
+        np.testing.assert_array_equal(dst, batch.dst)
         np.testing.assert_array_equal(graph_ids, batch.graph_ids)
         np.testing.assert_array_equal(data.features[nodes], features)
 
 
-def test_load_grouped_refuses_a_block_without_room_for_padding():
+def test_load_csr_refuses_a_block_without_room_for_padding():
     slot = GraphSlot(4, 3)
+    csr, indptrs = np.zeros((2, 3), np.int64), np.zeros((2, 5), np.int64)
+    csr[:, :2] = [[0, 1], [1, 2]]
     with pytest.raises(ValueError, match="do not fit"):
-        slot.load_grouped(np.array([0, 1]), np.array([1, 2]), 4, 4, None, None)
+        slot.load_csr(4, 4, 2, csr, indptrs, None)
 
 
 @pytest.mark.parametrize("shape", [(1,), (33, 64), (7, 5, 3), (philox.CHUNK,)])

@@ -242,16 +242,15 @@ class RankGraphLoader:
         else:
             # The same edges in the same order as dataset.batch's, cut out of the
             # dataset's table instead of built and checked again per batch.
-            n, edges, graph_ids, nodes = cut.batch(ids)
-            src, dst = edges[:, 0], edges[:, 1]
+            n, src, dst, graph_ids, nodes = cut.batch(ids)
         owner = balanced_ranges(np.ones(n), self.ranks)
         part = Partition(src, dst, owner, owner[dst], self.ranks, "ranges", None) \
             .part(self.rank)
         masters = part.nodes[:part.num_masters]
         self.slot.load(part, graph_ids[masters], owner, graph_ids)
-        rows = features[masters] if cut is None else \
+        self.features[:masters.shape[0]] = features[masters] if cut is None else \
             np.take(self.dataset.features, nodes[masters], axis=0)
-        fill_rows(self, masters.shape[0], rows, ids)
+        fill_rows(self, masters.shape[0], ids)
 
 
 class DistributedGraphLoaderTrainer(GraphTrainer):
