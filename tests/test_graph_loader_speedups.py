@@ -31,13 +31,16 @@ def with_empty_graphs():
     return GraphDataset("empty", graphs, sizes % 2, np.arange(3 * sizes.sum()).reshape(-1, 3))
 
 
-@pytest.mark.parametrize("data", [datasets.load("mutag"),
-                                  datasets.synthetic_graphs(num_graphs=40, min_nodes=1,
-                                                            max_nodes=9, edge_prob=0.5),
-                                  with_empty_graphs()],
-                         ids=["mutag", "synthetic", "empty graphs"])
-@pytest.mark.parametrize("batch_size", [1, 7, 32])
-def test_cut_batches_equal_the_batched_graphs_loaded(data, batch_size):
+SMALL = {"mutag": lambda: datasets.load("mutag"),
+         "synthetic": lambda: datasets.synthetic_graphs(num_graphs=40, min_nodes=1,
+                                                        max_nodes=9, edge_prob=0.5),
+         "empty graphs": with_empty_graphs}
+
+
+@pytest.mark.parametrize("name, batch_size", [(name, size) for name in SMALL
+                                              for size in (1, 7, 32)] + [("nci1", 32)])
+def test_cut_batches_equal_the_batched_graphs_loaded(name, batch_size):
+    data = SMALL[name]() if name in SMALL else datasets.load(name)
     fast = GraphLoader(data, batch_size=batch_size, seed=3)
     plain = GraphLoader(data, batch_size=batch_size, seed=3)
     for epoch in range(2):
@@ -50,6 +53,9 @@ def test_cut_batches_equal_the_batched_graphs_loaded(data, batch_size):
             assert fast.slot.loaded == ids.size
             np.testing.assert_array_equal(fast.features[:batch.num_nodes], features)
             assert not fast.features[batch.num_nodes:].any()
+            np.testing.assert_array_equal(fast.labels[:ids.size], data.labels[ids])
+            assert not fast.labels[ids.size:].any()
+            np.testing.assert_array_equal(fast.mask, np.arange(fast.mask.size) < ids.size)
 
 
 @pytest.mark.parametrize("name", ["mutag", "nci1"])
@@ -66,6 +72,26 @@ def test_a_cut_batch_is_the_batched_graph(name):
         np.testing.assert_array_equal(dst, batch.dst)
         np.testing.assert_array_equal(graph_ids, batch.graph_ids)
         np.testing.assert_array_equal(data.features[nodes], features)
+
+
+@pytest.mark.parametrize("data", [datasets.load("mutag"), with_empty_graphs()],
+                         ids=["mutag", "empty graphs"])
+@pytest.mark.parametrize("slack", [1.0, 1.25, None])
+def test_split_is_the_greedy_cut(data, slack):
+    # Graph by graph: a batch takes the next graph while it stays within every limit.
+    loader = GraphLoader(data, batch_size=7, seed=2, self_loops=True, slack=slack)
+    order = loader.order(0)
+    expected, batch, nodes, edges = [], [], 0, 0
+    for graph in order.tolist():
+        size = int(data.graph_sizes[graph])
+        count = int(data.edge_counts[graph]) + size
+        if len(batch) == 7 or nodes + size > loader.max_nodes or \
+                edges + count > loader.max_edges:
+            expected.append(batch)
+            batch, nodes, edges = [], 0, 0
+        batch, nodes, edges = batch + [graph], nodes + size, edges + count
+    expected.append(batch)
+    assert [ids.tolist() for ids in loader.split(order)] == expected
 
 
 def test_load_csr_refuses_a_block_without_room_for_padding():

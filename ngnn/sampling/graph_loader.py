@@ -16,6 +16,7 @@ left over start the next batch, so every graph is still seen once per epoch, in 
 shuffled order; `slack=None` sizes the slot for the worst batch instead, and no batch is
 ever cut.
 """
+import bisect
 import functools
 import numbers
 
@@ -179,15 +180,15 @@ class GraphLoader:
                              f"edges) does not fit the slot ({self.max_nodes} nodes, "
                              f"{self.max_edges} edges); build the loader over indices that "
                              "include it")
+        # Each batch is the longest run from its start within every limit: bisections of
+        # the running totals, Python numbers, so a batch costs no NumPy call.
+        nodes = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        links = np.concatenate([[0], np.cumsum(edges)]).tolist()
         batches, start = [], 0
         while start < order.size:
-            # The longest run from `start` within every limit: cumulative sums, no loop
-            # over graphs.
-            stop = min(start + self.batch_size, order.size)
-            nodes = np.cumsum(sizes[start:stop])
-            links = np.cumsum(edges[start:stop])
-            stop = start + int(np.count_nonzero((nodes <= self.max_nodes) &
-                                                (links <= self.max_edges)))
+            stop = min(start + self.batch_size,
+                       bisect.bisect_right(nodes, nodes[start] + self.max_nodes) - 1,
+                       bisect.bisect_right(links, links[start] + self.max_edges) - 1)
             batches.append(order[start:stop])
             start = stop
         return batches
@@ -231,8 +232,8 @@ class GraphLoader:
         slot.loaded = ids.size
         # Indices in range by construction: mode="clip" writes into `out` directly, where
         # the default ("raise") takes into a temporary first.
-        np.take(self.dataset.features, cut.nodes(graphs, back, n), axis=0,
-                out=self.features[:n], mode="clip")
+        self.dataset.features.take(cut.nodes(graphs, back, n), axis=0,
+                                   out=self.features[:n], mode="clip")
         return n
 
 
@@ -265,7 +266,7 @@ class _DatasetCut:
         [vertex, edge] offset in the dataset less its offset in the batch: what
         renumbers its vertices and edges from the dataset to the batch)."""
         graphs = self.graphs.take(ids, axis=0)
-        ends = np.cumsum(graphs[:, 2:], axis=0)
+        ends = graphs[:, 2:].cumsum(axis=0)
         n, e = ends[-1].tolist() if ids.size else (0, 0)
         return n, e, graphs, np.subtract(graphs[:, :2], ends, out=ends)
 
@@ -274,7 +275,7 @@ class _DatasetCut:
         renumbered) into the first columns of `csr`; returns (per edge, its graph's
         [vertex, edge] renumbering; the rows of the dataset's tables the batch's edges
         are cut from)."""
-        shift = np.repeat(back, graphs[:, 3], axis=0)
+        shift = back.repeat(graphs[:, 3], axis=0)
         at = self.counting[:e] + shift[:, 1]
         np.subtract(self.csr.take(at, axis=0).T, shift[:, 0], out=csr[:, :e])
         return shift, at
@@ -288,11 +289,11 @@ class _DatasetCut:
 
     def graph_ids(self, graphs):
         """Each vertex's graph in the batch."""
-        return np.repeat(self.counting[:graphs.shape[0]], graphs[:, 2])
+        return self.counting[:graphs.shape[0]].repeat(graphs[:, 2])
 
     def nodes(self, graphs, back, n):
         """The batch's `n` vertices' ids in the dataset."""
-        return self.counting[:n] + np.repeat(back[:, 0], graphs[:, 2])
+        return self.counting[:n] + back[:, 0].repeat(graphs[:, 2])
 
     def batch(self, ids):
         """The batch of graphs `ids` as dataset.batch(ids) numbers it, cut out of the

@@ -132,8 +132,8 @@ class GraphSlot(Graph):
         if spare <= self.num_nodes - num_nodes:
             out_dst[pad] = pad_dst
         else:
-            by_source = np.argsort(in_src[pad], kind="stable")
-            np.take(pad_dst, by_source, out=out_dst[pad])
+            by_source = in_src[pad].argsort(kind="stable")
+            pad_dst.take(by_source, out=out_dst[pad])
 
         def every_edge():
             # The padding's ids: in in-CSR order, and in out-CSR order when sorted.
@@ -144,7 +144,7 @@ class GraphSlot(Graph):
                     np.concatenate([in_eids, ids]),
                     np.concatenate([out_eids, ids if by_source is None else ids[by_source]]))
         out_degrees = np.bincount(in_src, minlength=self.num_nodes)
-        np.cumsum(out_degrees, out=indptrs[1, 1:])
+        out_degrees.cumsum(out=indptrs[1, 1:])
         self._hold((num_nodes, num_dst, num_edges), in_src, out_dst, indptrs[0],
                    (indptrs[1], out_degrees), every_edge)
 
@@ -154,7 +154,7 @@ class GraphSlot(Graph):
         out-degrees), and `every_edge()` as what gives (src, dst, in_eids, out_eids) at
         their first read."""
         in_degrees = np.bincount(out_dst, minlength=self.num_nodes)
-        np.cumsum(in_degrees, out=in_indptr[1:])
+        in_degrees.cumsum(out=in_indptr[1:])
         out_indptr, out_degrees = out_csr
         version, nodes, dst_rows, edges = (self.version + 1, self.num_nodes, self.num_dst,
                                            self.num_edges)
