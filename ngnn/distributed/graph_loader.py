@@ -83,8 +83,15 @@ class LocalGraphSlot(LocalGraph):
                              f"masters, {rows - masters - 1} mirrors, {edges} edges)")
         self._fill(part.nodes, m, part.src, part.dst, part.edges,
                    part.manifest["num_nodes"], part.manifest["num_edges"])
-        self.exchange.load({q: laid_out(ids, m, masters) for q, ids in part.mirrors_from.items()},
-                           part.masters_to)
+        mirrors_from = {q: laid_out(ids, m, masters) for q, ids in part.mirrors_from.items()}
+        # Every edge of a batch lives with its destination's master, so a rank's mirrors
+        # are the sources of its edges that other ranks own: on every rank, each mirror has
+        # local edges at its source and none at its destination. An exchange restricted
+        # to the mirrors with edges at one end (Exchange.restricted) is then known without
+        # exchanging flags: every mirror at the source, none at the destination.
+        self.exchange.load(mirrors_from, part.masters_to,
+                           {(id(self), "src"): (mirrors_from, part.masters_to),
+                            (id(self), "dst"): ({}, {})})
 
     def _fill(self, nodes, m, src, dst, edges, num_nodes, num_edges):
         """Lays out a part (its global vertex ids `nodes`, the first `m` masters; local
