@@ -66,10 +66,10 @@ def test_a_cut_batch_is_the_batched_graph(name):
     loader = GraphLoader(data, batch_size=32, seed=3)
     for ids in loader.split(loader.order(1)):
         batch, features = data.batch(ids)
-        n, src, dst, graph_ids, nodes = loader._cut.batch(ids)
+        n, edges, graph_ids, nodes = loader._cut.batch(ids)
         assert n == batch.num_nodes
-        np.testing.assert_array_equal(src, batch.src)
-        np.testing.assert_array_equal(dst, batch.dst)
+        for attribute, array in zip(("src", "dst", "in_eids", "out_eids"), edges):
+            np.testing.assert_array_equal(array, getattr(batch, attribute), err_msg=attribute)
         np.testing.assert_array_equal(graph_ids, batch.graph_ids)
         np.testing.assert_array_equal(data.features[nodes], features)
 

@@ -26,8 +26,11 @@ from .exchange import wait
 
 class LocalGraph(Graph):
     def __init__(self, src, dst, num_nodes, global_node_ids, global_edge_ids, num_masters,
-                 global_num_nodes, global_num_edges, exchange):
-        super().__init__(src, dst, num_nodes)
+                 global_num_nodes, global_num_edges, exchange, groups=None):
+        if groups is None:
+            super().__init__(src, dst, num_nodes)
+        else:       # (in-CSR, out-CSR) (indptr, eids, counts) of edges the caller checked
+            self._set_edges(src, dst, num_nodes, num_nodes, *groups)
         self.global_node_ids = _readonly(np.asarray(global_node_ids, np.int64))
         self.global_edge_ids = _readonly(np.asarray(global_edge_ids, np.int64))
         self.num_masters = int(num_masters)

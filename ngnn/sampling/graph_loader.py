@@ -297,9 +297,9 @@ class _DatasetCut:
 
     def batch(self, ids):
         """The batch of graphs `ids` as dataset.batch(ids) numbers it, cut out of the
-        dataset's: (its vertex count, its edges' sources and destinations, each vertex's
-        graph in the batch, each vertex's dataset-wide id)."""
+        dataset's: (its vertex count, its edges' (src, dst, in_eids, out_eids), each
+        vertex's graph in the batch, each vertex's dataset-wide id)."""
         n, e, graphs, back = self.graphs_of(ids)
-        shift = np.repeat(back, graphs[:, 3], axis=0)
-        src, dst, _, _ = self.edges_at(self.counting[:e] + shift[:, 1], shift)
-        return n, src, dst, self.graph_ids(graphs), self.nodes(graphs, back, n)
+        shift = back.repeat(graphs[:, 3], axis=0)
+        edges = self.edges_at(self.counting[:e] + shift[:, 1], shift)
+        return n, edges, self.graph_ids(graphs), self.nodes(graphs, back, n)
