@@ -154,11 +154,13 @@ class GraphLoader:
         self.mask = np.zeros(b + 1, dtype=np.bool_)
         self.filled = 0
         self._cut = None if self_loops else _DatasetCut(dataset)
-        # The arrays the slot's two graphs take as theirs at each load (load_csr):
-        # rewritten in place for every batch, never allocated again. The readout block has
-        # an edge per row.
-        self._csr = (np.zeros((2, self.max_edges), np.int64), np.zeros((2, rows), np.int64))
-        self._indptrs = np.zeros((2, 2, rows + 1), np.int64)
+        if self._cut is not None:
+            # The arrays the slot's two graphs take as theirs at each load (load_csr):
+            # rewritten in place for every batch, never allocated again. The readout block
+            # has an edge per row.
+            self._csr = (np.zeros((2, self.max_edges), np.int64),
+                         np.zeros((2, rows), np.int64))
+            self._indptrs = np.zeros((2, 2, rows + 1), np.int64)
 
     def order(self, epoch, indices=None):
         """The graph ids of `epoch` in the order they are batched: of `indices` (a subset

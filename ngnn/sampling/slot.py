@@ -11,6 +11,13 @@ destination rows past its destinations, spread evenly so no vertex gets them all
 change neither the real rows' aggregations nor their degrees. Padding rows compute finite
 values that no real row reads.
 
+A loader that cuts its blocks out of a larger graph's CSR orders (GraphLoader) loads them
+with `load_csr` instead, into index arrays it keeps and rewrites in place for every block:
+the slot takes them as its own until the next load (an array read from a slot is valid
+until then), and what a step reads of it (the CSR pointers, the sources in in-CSR order and
+the destinations in out-CSR order) is all a load makes; the edges in their own order and
+the edge ids are made at their first read.
+
 A typed slot (`relation_edges`, one edge capacity per relation) carries edge types: the
 graphs derived from a typed graph (ngnn/relations.py) are made when a program is traced
 and held by its ops, so a typed slot holds one slot per relation, made once, as the
