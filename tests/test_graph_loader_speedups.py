@@ -7,6 +7,7 @@ import pytest
 
 from ngnn import datasets, philox
 from ngnn.datasets.graph_dataset import GraphDataset
+from ngnn.distributed.partition import balanced_ranges, equal_ranges
 from ngnn.graph import Graph
 from ngnn.sampling.graph_loader import GraphLoader
 from ngnn.sampling.slot import GraphSlot
@@ -92,6 +93,14 @@ def test_split_is_the_greedy_cut(data, slack):
         batch, nodes, edges = batch + [graph], nodes + size, edges + count
     expected.append(batch)
     assert [ids.tolist() for ids in loader.split(order)] == expected
+
+
+def test_equal_ranges_are_balanced_ranges_of_unit_weights():
+    # What each rank partitions a batch by (RankGraphLoader.load).
+    for n in [0, 1, 2, 3, 7, 31, 32, 33, 1000, 4099]:
+        for parts in [1, 2, 3, 4, 7, 8]:
+            np.testing.assert_array_equal(equal_ranges(n, parts),
+                                          balanced_ranges(np.ones(n), parts))
 
 
 def test_load_csr_refuses_a_block_without_room_for_padding():

@@ -34,7 +34,7 @@ from ngnn.sampling.slot import GraphSlot
 from .exchange import Exchange, world
 from .local_graph import LocalGraph, MasterView, RankReadoutGraph
 from .lowering import insert_communication
-from .partition import Partition, balanced_ranges
+from .partition import Partition, equal_ranges
 
 
 class MasterSlotView(MasterView):
@@ -283,7 +283,7 @@ class RankGraphLoader:
             # The same edges in the same order as dataset.batch's, cut out of the
             # dataset's table instead of built and checked again per batch.
             n, (src, dst, *orders), graph_ids, nodes = cut.batch(ids)
-        owner = balanced_ranges(np.ones(n), self.ranks)
+        owner = equal_ranges(n, self.ranks)
         part = Partition(src, dst, owner, owner[dst], self.ranks, "ranges", None) \
             .part(self.rank)
         masters = part.nodes[:part.num_masters]
