@@ -187,12 +187,38 @@ def epochs_of(trainer, train_ids, test_ids):
             trainer.transformer.compilations - compiled)
 
 
+def cut_csr_differs(local):
+    """How many CSR arrays of a rank's slot, cut from the batch's CSR orders, differ from
+    those of the same edges sorted again (a LocalGraph built from them)."""
+    from ngnn.distributed.local_graph import LocalGraph
+    again = LocalGraph(local.src, local.dst, local.num_nodes, local.global_node_ids,
+                       local.global_edge_ids, local.num_masters, local.global_num_nodes,
+                       local.global_num_edges, local.exchange)
+    return sum(not np.array_equal(getattr(local, name), getattr(again, name))
+               for name in ("in_indptr", "in_eids", "in_src", "in_degrees", "out_indptr",
+                            "out_eids", "out_dst", "out_degrees"))
+
+
+def known_plans_differ(local):
+    """How many of the restricted exchange plans a rank's slot knows at load (at the
+    edges' sources and destinations) differ from those found by exchanging flags."""
+    exchange, differ = local.exchange, 0
+    for at in ("src", "dst"):
+        known = exchange._restricted.pop((id(local), at))
+        found = exchange.restricted((id(local), at), local.active(at))
+        for a, b in zip(known, found):
+            differ += sorted(a) != sorted(b) or \
+                any(not np.array_equal(a[q], b[q]) for q in a)
+    return int(differ)
+
+
 def loader(backend, names="gin,gin_bn,gcn_mean"):
     from ngnn.graph_train import GraphTrainer
     comm = dist.world()
     data = datasets.load("mutag")
     train_ids, test_ids = np.arange(40), np.arange(40, 52)
-    report = {"graphs spanning ranks": 0}
+    report = {"graphs spanning ranks": 0, "known exchange plans differing": 0,
+              "cut CSR arrays differing": 0}
     for name in names.split(","):
         make = models(data, np.float64)[name]
         with transformer(backend, np.float64) as t:
@@ -205,6 +231,9 @@ def loader(backend, names="gin,gin_bn,gcn_mean"):
             for ids in trainer.loader.batches(0, train_ids):
                 holds = trainer.loader.slot.readout_graph.holds[:, :ids.size]
                 spanning += int(np.sum(holds.sum(axis=0) > 1))
+                report["known exchange plans differing"] += \
+                    known_plans_differ(trainer.loader.slot.local)
+                report["cut CSR arrays differing"] += cut_csr_differs(trainer.loader.slot.local)
         report["graphs spanning ranks"] = spanning
         generated = comm.allgather(got[3])
         if comm.Get_rank() == 0:

@@ -75,6 +75,8 @@ def test_graph_minibatches_over_ranks_equal_the_single_process_loader(ranks, bac
     first batch."""
     report = driver(ranks, "loader", backend, models)
     assert report.pop("graphs spanning ranks") >= ranks + 1
+    assert report.pop("known exchange plans differing") == 0
+    assert report.pop("cut CSR arrays differing") == 0
     assert set(report) == set(models.split(","))
     for name, result in report.items():
         assert result.pop("generated after the first batch") == 0, name

@@ -96,11 +96,13 @@ class Exchange:
         exchange.load({}, {})
         return exchange
 
-    def load(self, mirrors_from, masters_to):
+    def load(self, mirrors_from, masters_to, restricted=None):
         """New exchange lists ({q: local rows}, as LocalPart's), for the next batch a
-        rank's slot loads; the plans restricted from the old ones are forgotten."""
+        rank's slot loads; the plans restricted from the old ones are forgotten.
+        `restricted`: {key: (sends, receives)}, plans of `restricted` that the caller
+        knows without the exchange of flags (every rank knowing them alike)."""
         self.mirrors_from, self.masters_to = dict(mirrors_from), dict(masters_to)
-        self._restricted = {}
+        self._restricted = dict(restricted or {})
 
     # ---- descriptions for the IR -------------------------------------------------------
     def describe(self, what):

@@ -34,7 +34,7 @@ from ngnn.sampling.slot import GraphSlot
 from .exchange import Exchange, world
 from .local_graph import LocalGraph, MasterView, RankReadoutGraph
 from .lowering import insert_communication
-from .partition import Partition, balanced_ranges
+from .partition import Partition, equal_ranges
 
 
 class MasterSlotView(MasterView):
@@ -70,11 +70,13 @@ class LocalGraphSlot(LocalGraph):
         self.exchange = exchange
         self.masters = None
         none = np.zeros(0, np.int64)
-        self._fill(none, 0, none, none, none, 0, 0)       # padding only
+        self._fill(none, 0, none, none, none, 0, 0, (none, none))       # padding only
 
-    def load(self, part):
+    def load(self, part, orders):
         """Loads `part` (a LocalPart of a partition of the batch over the ranks) and gives
-        the exchange its lists, renumbered to this layout."""
+        the exchange its lists, renumbered to this layout. `orders`, the whole batch's
+        (in_eids, out_eids), are what the part's CSR orders are cut from, not sorted
+        again."""
         masters, rows, edges = self.capacity
         m, r, e = part.num_masters, part.num_mirrors, part.edges.shape[0]
         if m > masters or masters + r >= rows or e > edges:
@@ -82,28 +84,43 @@ class LocalGraphSlot(LocalGraph):
                              f"{r} mirrors, {e} edges) does not fit its slot ({masters} "
                              f"masters, {rows - masters - 1} mirrors, {edges} edges)")
         self._fill(part.nodes, m, part.src, part.dst, part.edges,
-                   part.manifest["num_nodes"], part.manifest["num_edges"])
-        self.exchange.load({q: laid_out(ids, m, masters) for q, ids in part.mirrors_from.items()},
-                           part.masters_to)
+                   part.manifest["num_nodes"], part.manifest["num_edges"],
+                   _part_orders(part, *orders))
+        mirrors_from = {q: laid_out(ids, m, masters) for q, ids in part.mirrors_from.items()}
+        # Every edge of a batch lives with its destination's master, so a rank's mirrors
+        # are the sources of its edges that other ranks own: on every rank, each mirror has
+        # local edges at its source and none at its destination. An exchange restricted
+        # to the mirrors with edges at one end (Exchange.restricted) is then known without
+        # exchanging flags: every mirror at the source, none at the destination.
+        self.exchange.load(mirrors_from, part.masters_to,
+                           {(id(self), "src"): (mirrors_from, part.masters_to),
+                            (id(self), "dst"): ({}, {})})
 
-    def _fill(self, nodes, m, src, dst, edges, num_nodes, num_edges):
+    def _fill(self, nodes, m, src, dst, edges, num_nodes, num_edges, orders):
         """Lays out a part (its global vertex ids `nodes`, the first `m` masters; local
-        edges src -> dst with global ids `edges`) of a batch of `num_nodes` vertices and
-        `num_edges` edges, with padding to the slot's sizes."""
+        edges src -> dst with global ids `edges`, `orders` its (in_eids, out_eids)) of a
+        batch of `num_nodes` vertices and `num_edges` edges, with padding to the slot's
+        sizes."""
         masters, rows, capacity = self.capacity
         used, spare = masters + nodes.shape[0] - m, capacity - edges.shape[0]
         pad_src, pad_dst = GraphSlot._padding(used, used, rows, rows, spare)
         global_ids = np.concatenate([nodes[:m], num_nodes + np.arange(masters - m),
                                      nodes[m:], num_nodes + masters + np.arange(rows - used)])
+        src = np.concatenate([laid_out(src, m, masters), pad_src])
+        dst = np.concatenate([laid_out(dst, m, masters), pad_dst])
+        # Padding edges join rows past every real one, ordered by destination; by source
+        # too when each padding row has one at most.
+        e, padding = edges.shape[0], np.arange(edges.shape[0], capacity)
+        by_source = padding if spare <= rows - used else e + pad_src.argsort(kind="stable")
+        groups = [_groups(ends, np.concatenate([order, pad]), rows) for ends, order, pad
+                  in ((dst, orders[0], padding), (src, orders[1], by_source))]
         # As GraphSlot._fill: no cache of the old edges (CSR orders, degrees) survives a
         # load; the view the model was built over does.
         version, exchange, view = self.version + 1, self.exchange, self.masters
         self.__dict__.clear()
-        LocalGraph.__init__(self, np.concatenate([laid_out(src, m, masters), pad_src]),
-                            np.concatenate([laid_out(dst, m, masters), pad_dst]), rows,
-                            global_ids,
+        LocalGraph.__init__(self, src, dst, rows, global_ids,
                             np.concatenate([edges, num_edges + np.arange(spare)]), masters,
-                            num_nodes, num_edges, exchange)
+                            num_nodes, num_edges, exchange, groups)
         self.capacity, self.version = (masters, rows, capacity), version
         self.masters = view if view is not None else MasterSlotView(self)
         self.loaded = (m, nodes.shape[0] - m, edges.shape[0])
@@ -115,6 +132,27 @@ class LocalGraphSlot(LocalGraph):
         masters, rows, edges = self.capacity
         return (f"LocalGraphSlot(rank={self.exchange.rank}, {masters} masters, {rows} rows, "
                 f"{edges} edges)")
+
+
+def _part_orders(part, in_eids, out_eids):
+    """A part's (in_eids, out_eids) in local edge ids, cut from the whole batch's: its
+    edges are those ending at its masters, a run of the batch's in-CSR order, and keep
+    their order (local ids follow global ones); by source, its masters come before its
+    mirrors (local rows), each in global order, where the batch has the mirrors below
+    the masters' range first: a stable sort of three sorted runs."""
+    local = np.full(part.manifest["num_edges"], -1, np.int64)
+    local[part.edges] = np.arange(part.edges.shape[0])
+    in_local, out_local = local[in_eids], local[out_eids]
+    in_local, out_local = in_local[in_local >= 0], out_local[out_local >= 0]
+    return in_local, out_local[part.src[out_local].argsort(kind="stable")]
+
+
+def _groups(keys, eids, num_nodes):
+    """(indptr, eids, counts) of edges grouped by `keys` in the order `eids`."""
+    counts = np.bincount(keys, minlength=num_nodes)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    counts.cumsum(out=indptr[1:])
+    return indptr, eids, counts
 
 
 def laid_out(ids, m, masters):
@@ -133,15 +171,16 @@ class RankReadoutSlot(RankReadoutGraph):
         self.version = -1
         self._place(np.full(num_masters, num_graphs - 1, np.int64), num_graphs, exchange)
 
-    def load(self, graph_ids):
-        """Collective: every rank loads its share of the same batch (`holds` and
-        `graph_sizes` are gathered from all)."""
-        self._place(graph_ids, self.num_dst, self.exchange)
+    def load(self, graph_ids, every=None):
+        """Every rank loads its share of the same batch; `every`, each rank's vertex count
+        per graph (what `holds` and `graph_sizes` come from), is gathered from all (a
+        collective) unless given."""
+        self._place(graph_ids, self.num_dst, self.exchange, every)
 
-    def _place(self, graph_ids, num_graphs, exchange):
+    def _place(self, graph_ids, num_graphs, exchange, every=None):
         version = self.version + 1
         self.__dict__.clear()         # as GraphSlot's: nothing derived from old edges stays
-        RankReadoutGraph.__init__(self, graph_ids, num_graphs, exchange)
+        RankReadoutGraph.__init__(self, graph_ids, num_graphs, exchange, every)
         self.version = version
 
 
@@ -161,13 +200,22 @@ class RankBatchSlot:
         self.graph_mask = ng.placeholder((num_graphs,), dtype=np.bool_, name="graph_mask")
         self.exchange = exchange
 
-    def load(self, part, graph_ids):
-        """Loads `part` of a batch and its masters' graphs (padding masters go to the
-        padding graph)."""
+    def load(self, part, orders, graph_ids, owner=None, batch_graph_ids=None):
+        """Loads `part` of a batch, whose CSR orders are `orders` (LocalGraphSlot.load),
+        and its masters' graphs (padding masters go to the padding graph). Given the
+        whole batch's vertex owners `owner` and graphs `batch_graph_ids` (the same on
+        every rank), each rank's vertex count per graph is counted here instead of
+        gathered from the ranks."""
         ids = np.full(self.num_nodes, self.num_graphs - 1, np.int64)
         ids[:graph_ids.shape[0]] = graph_ids
-        self.local.load(part)
-        self.readout_graph.load(ids)
+        self.local.load(part, orders)
+        every = None
+        if owner is not None:
+            ranks, graphs = self.exchange.size, self.num_graphs
+            every = np.bincount(owner * graphs + batch_graph_ids,
+                                minlength=ranks * graphs).reshape(ranks, graphs)
+            every[:, -1] += self.num_nodes - np.bincount(owner, minlength=ranks)
+        self.readout_graph.load(ids, every)
 
     @property
     def own_graphs(self):
@@ -225,14 +273,24 @@ class RankGraphLoader:
     def load(self, ids):
         """Collective: every rank loads the same batch `ids`."""
         ids = np.asarray(ids, dtype=np.int64)
-        batch, features = self.dataset.batch(ids)
-        graph = batch.with_self_loops() if self.loader.self_loops else batch
-        owner = balanced_ranges(np.ones(graph.num_nodes), self.ranks)
-        part = Partition(graph.src, graph.dst, owner, owner[graph.dst], self.ranks,
-                         "ranges", None).part(self.rank)
+        cut = self.loader._cut
+        if cut is None:
+            batch, features = self.dataset.batch(ids)
+            graph = batch.with_self_loops() if self.loader.self_loops else batch
+            n, src, dst, graph_ids = graph.num_nodes, graph.src, graph.dst, batch.graph_ids
+            orders = graph.in_eids, graph.out_eids
+        else:
+            # The same edges in the same order as dataset.batch's, cut out of the
+            # dataset's table instead of built and checked again per batch.
+            n, (src, dst, *orders), graph_ids, nodes = cut.batch(ids)
+        owner = equal_ranges(n, self.ranks)
+        part = Partition(src, dst, owner, owner[dst], self.ranks, "ranges", None) \
+            .part(self.rank)
         masters = part.nodes[:part.num_masters]
-        self.slot.load(part, batch.graph_ids[masters])
-        fill_rows(self, masters.shape[0], features[masters], ids)
+        self.slot.load(part, orders, graph_ids[masters], owner, graph_ids)
+        self.features[:masters.shape[0]] = features[masters] if cut is None else \
+            np.take(self.dataset.features, nodes[masters], axis=0)
+        fill_rows(self, masters.shape[0], ids)
 
 
 class DistributedGraphLoaderTrainer(GraphTrainer):

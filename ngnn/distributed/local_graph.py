@@ -26,8 +26,11 @@ from .exchange import wait
 
 class LocalGraph(Graph):
     def __init__(self, src, dst, num_nodes, global_node_ids, global_edge_ids, num_masters,
-                 global_num_nodes, global_num_edges, exchange):
-        super().__init__(src, dst, num_nodes)
+                 global_num_nodes, global_num_edges, exchange, groups=None):
+        if groups is None:
+            super().__init__(src, dst, num_nodes)
+        else:       # (in-CSR, out-CSR) (indptr, eids, counts) of edges the caller checked
+            self._set_edges(src, dst, num_nodes, num_nodes, *groups)
         self.global_node_ids = _readonly(np.asarray(global_node_ids, np.int64))
         self.global_edge_ids = _readonly(np.asarray(global_edge_ids, np.int64))
         self.num_masters = int(num_masters)
@@ -140,16 +143,19 @@ class RankReadoutGraph(ReadoutGraph):
     master i to its graph `graph_ids[i]` (of `num_graphs`), so an aggregation over it at
     the graphs is the rank's partial readout, which ngnn.distributed.lowering combines over
     the ranks (ReadoutAllReduce). `holds` (ranks, num_graphs): which ranks hold vertices
-    of each graph; `graph_sizes`: each graph's vertices over all ranks."""
+    of each graph; `graph_sizes`: each graph's vertices over all ranks. `every`, each rank's
+    count of vertices per graph, is gathered from the ranks unless given (a caller that
+    partitions the batch the same way on every rank computes it locally)."""
 
-    def __init__(self, graph_ids, num_graphs, exchange):
+    def __init__(self, graph_ids, num_graphs, exchange, every=None):
         n = graph_ids.shape[0]
         super().__init__(np.arange(n, dtype=np.int64), graph_ids, max(n, num_graphs),
                          num_graphs)
         self.exchange = exchange
-        counts = np.bincount(graph_ids, minlength=num_graphs).astype(np.int64)
-        every = np.empty((exchange.size, num_graphs), np.int64)
-        wait([exchange.comm.Iallgather(counts, every)])
+        if every is None:       # (ranks, num_graphs) vertex counts, unless the caller knows
+            counts = np.bincount(graph_ids, minlength=num_graphs).astype(np.int64)
+            every = np.empty((exchange.size, num_graphs), np.int64)
+            wait([exchange.comm.Iallgather(counts, every)])
         self.holds = _readonly(every > 0)
         self.graph_sizes = _readonly(every.sum(axis=0))
 

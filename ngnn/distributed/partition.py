@@ -81,6 +81,13 @@ def balanced_ranges(weights, num_parts):
     return np.minimum((before * num_parts / total).astype(np.int64), num_parts - 1)
 
 
+def equal_ranges(num_nodes, num_parts):
+    """balanced_ranges(np.ones(num_nodes), num_parts) in integers, several times as fast:
+    vertex i in range i * num_parts // num_nodes (the float quotient of balanced_ranges
+    never rounds up to the next whole number while num_nodes * num_parts < 2 ** 53)."""
+    return np.arange(num_nodes, dtype=np.int64) * num_parts // max(num_nodes, 1)
+
+
 def grid_shape(num_parts):
     """R x C = num_parts with R the largest divisor not above sqrt(num_parts)."""
     rows = max(r for r in range(1, int(np.sqrt(num_parts)) + 1) if num_parts % r == 0)

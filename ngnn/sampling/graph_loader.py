@@ -26,12 +26,14 @@ the first layer's input on. The count is this one fed value, never one derived f
 graph mask: a caller may feed its own mask (a loss over some graphs only), which says
 nothing about which rows are zero.
 """
+import bisect
+import functools
 import numbers
 
 import numpy as np
 
 from ngnn.batch import ReadoutGraph, readout_graph
-from ngnn.graph import Graph
+from ngnn.graph import Graph, _readonly
 from ngnn.op_graph.op import Attr, Placeholder
 
 from .slot import GraphSlot
@@ -41,6 +43,40 @@ class ReadoutSlot(GraphSlot, ReadoutGraph):
     """The readout GraphSlot of a BatchSlot: edge i joins row i to its graph, whatever is
     loaded (padding rows to the padding graphs), so what plans by graph knows it for a
     readout (chunked execution reduces it per row block)."""
+
+    def load_graphs(self, graph_ids, num_graphs, csr, indptrs):
+        """Loads the readout block of a batch of `num_graphs` graphs whose vertices'
+        graphs are `graph_ids` (batch.readout_graph: edge i goes vertex i -> its graph, in
+        both CSR orders already) as load_csr does, into load_csr's `csr` and `indptrs`.
+        While the batch has a vertex per graph at least, padding edges too join row i to
+        a graph for every row i (a padding graph), so only the destinations and what is
+        counted from them differ from batch to batch: the rest is kept, made once."""
+        n, rows = graph_ids.shape[0], self.num_nodes
+        in_src, out_dst = csr
+        out_dst[:n] = graph_ids
+        counting, ones = _counting(rows + 1), _ones(rows)
+        if n < num_graphs:    # graphs without vertices: padding rows join past the graphs
+            in_src[:n] = counting[:n]
+            self.load_csr(num_graphs, num_graphs, n, csr, indptrs,
+                          lambda: (counting[:n], graph_ids, counting[:n], counting[:n]))
+            return
+        self._padding_destinations(num_graphs, self.num_dst, rows - n, counting[:rows - n],
+                                   out_dst[n:])
+        every = counting[:rows]
+        self._hold((n, num_graphs, n), every, out_dst, indptrs[0], (counting, ones),
+                   lambda: (every, self.out_dst, every, every))
+
+
+@functools.lru_cache(maxsize=None)
+def _counting(size):
+    """0, 1, ..., size - 1, read-only: a readout slot's pointers and ids that every batch
+    shares."""
+    return _readonly(np.arange(size, dtype=np.int64))
+
+
+@functools.lru_cache(maxsize=None)
+def _ones(size):
+    return _readonly(np.ones(size, dtype=np.int64))
 
 
 class SlotRows(Placeholder):
@@ -95,19 +131,19 @@ class BatchSlot:
                 f"num_graphs={self.num_graphs}; loaded {self.loaded} graphs)")
 
 
-def fill_rows(loader, n, features, ids):
-    """Writes a batch's `n` feature rows and the labels of its graphs `ids` into the fixed
-    arrays of `loader` (a GraphLoader or a rank's share of one) that the compiled step
-    reads; rows and graphs past them read zeros (and a False mask), whatever an earlier
-    batch left there."""
-    loader.features[:n] = features
+def fill_rows(loader, n, ids):
+    """Completes the fixed arrays of `loader` (a GraphLoader or a rank's share of one)
+    that the compiled step reads, its first `n` feature rows written: the labels of the
+    batch's graphs `ids` and its mask; rows and graphs past them read zeros (and a False
+    mask), whatever an earlier batch left there."""
     if loader.filled > n:
         loader.features[n:loader.filled] = 0
     loader.filled = n
-    loader.labels[:] = 0
-    loader.labels[:ids.size] = loader.dataset.labels[ids]
-    loader.mask[:] = False
-    loader.mask[:ids.size] = True
+    m = ids.size
+    loader.labels[:m] = loader.dataset.labels[ids]
+    loader.labels[m:] = 0
+    loader.mask[:m] = True
+    loader.mask[m:] = False
 
 
 class GraphLoader:
@@ -152,8 +188,13 @@ class GraphLoader:
         self.live = np.zeros(1, dtype=np.int64)
         self.filled = 0
         self._cut = None if self_loops else _DatasetCut(dataset)
-        # 0, 1, 2, ...: the ids a batch's vertices, edges and graphs count up from.
-        self._counting = np.arange(max(rows, self.max_edges), dtype=np.int64)
+        if self._cut is not None:
+            # The arrays the slot's two graphs take as theirs at each load (load_csr):
+            # rewritten in place for every batch, never allocated again. The readout block
+            # has an edge per row.
+            self._csr = (np.zeros((2, self.max_edges), np.int64),
+                         np.zeros((2, rows), np.int64))
+            self._indptrs = np.zeros((2, 2, rows + 1), np.int64)
 
     def order(self, epoch, indices=None):
         """The graph ids of `epoch` in the order they are batched: of `indices` (a subset
@@ -175,15 +216,15 @@ class GraphLoader:
                              f"edges) does not fit the slot ({self.max_nodes} nodes, "
                              f"{self.max_edges} edges); build the loader over indices that "
                              "include it")
+        # Each batch is the longest run from its start within every limit: bisections of
+        # the running totals, Python numbers, so a batch costs no NumPy call.
+        nodes = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        links = np.concatenate([[0], np.cumsum(edges)]).tolist()
         batches, start = [], 0
         while start < order.size:
-            # The longest run from `start` within every limit: cumulative sums, no loop
-            # over graphs.
-            stop = min(start + self.batch_size, order.size)
-            nodes = np.cumsum(sizes[start:stop])
-            links = np.cumsum(edges[start:stop])
-            stop = start + int(np.count_nonzero((nodes <= self.max_nodes) &
-                                                (links <= self.max_edges)))
+            stop = min(start + self.batch_size,
+                       bisect.bisect_right(nodes, nodes[start] + self.max_nodes) - 1,
+                       bisect.bisect_right(links, links[start] + self.max_edges) - 1)
             batches.append(order[start:stop])
             start = stop
         return batches
@@ -205,58 +246,98 @@ class GraphLoader:
             batch, features = self.dataset.batch(ids)
             self.slot.load(batch, self.self_loops)
             n = batch.num_nodes
+            self.features[:n] = features
         else:
-            n, features = self._load_cut(ids)
-        fill_rows(self, n, features, ids)
+            n = self._load_cut(ids)
+        fill_rows(self, n, ids)
         # The count as the slot's graph holds it, what its padding edges start past.
         self.live[0] = self.slot.graph.loaded[0]
 
     def _load_cut(self, ids):
         """Loads the batch `ids` into the slot as `BatchSlot.load(dataset.batch(ids))`
         does, edge for edge and in the same CSR orders, but cut out of the whole
-        dataset's (`_DatasetCut`) instead of building, checking and sorting the batch's
-        graph and its readout block again: that was most of a step's host time. Returns
-        (vertices, their feature rows)."""
-        cut = self._cut
-        # Per graph, [vertex, vertex, edge, edge] offsets: the dataset's minus the batch's,
-        # what renumbers each of the table's columns from the dataset to the batch.
-        amounts = cut.amounts[ids]
-        ends = np.cumsum(amounts, axis=0)
-        back = cut.offsets[ids] - ends + amounts
-        n, e = (int(ends[-1, 0]), int(ends[-1, 2])) if ids.size else (0, 0)
-        # A graph's edges end in its own vertices, so its edges hold one run of each
-        # dataset-wide CSR order: the run, renumbered to the batch's vertex and edge ids.
-        edge_back = np.repeat(back, amounts[:, 2], axis=0)
-        # np.take: several times as fast as indexing with an array, for the same rows.
-        edges = np.take(cut.table, self._counting[:e] + edge_back[:, 3], axis=0)
-        edges -= edge_back
-        slot = self.slot
-        slot.graph.load_grouped(edges[:, 0], edges[:, 1], n, n, edges[:, 2], edges[:, 3])
-        # The readout block (batch.readout_graph): edge i goes vertex i -> its graph, in
-        # both CSR orders already.
-        graph_ids = np.repeat(self._counting[:ids.size], amounts[:, 0])
-        slot.readout_graph.load_grouped(self._counting[:n], graph_ids, max(n, ids.size),
-                                        ids.size, None, None)
+        dataset's (`_DatasetCut`) into arrays the loader keeps and rewrites in place
+        (GraphSlot.load_csr), instead of building, checking and sorting the batch's
+        graph and its readout block again: that was most of a step's host time. Writes
+        the batch's feature rows; returns its vertex count."""
+        cut, slot, (csr, readout) = self._cut, self.slot, self._csr
+        n, e, graphs, back = cut.graphs_of(ids)
+        shift, at = cut.csr_into(csr, graphs, back, e)
+        slot.graph.load_csr(n, n, e, csr, self._indptrs[0],
+                            lambda: cut.edges_at(at, shift))
+        slot.readout_graph.load_graphs(cut.graph_ids(graphs), ids.size, readout,
+                                       self._indptrs[1])
         slot.loaded = ids.size
-        nodes = self._counting[:n] + np.repeat(back[:, 0], amounts[:, 0])
-        return n, np.take(self.dataset.features, nodes, axis=0)
+        # Indices in range by construction: mode="clip" writes into `out` directly, where
+        # the default ("raise") takes into a temporary first.
+        self.dataset.features.take(cut.nodes(graphs, back, n), axis=0,
+                                   out=self.features[:n], mode="clip")
+        return n
 
 
 class _DatasetCut:
-    """What GraphLoader cuts a batch out of, once per dataset: `table`, one row per edge
-    (edge ids as in dataset.src): [source, destination] vertices numbered across the
-    dataset as GraphDataset.batch numbers them within a batch, then the edge ids grouped
-    by destination and by source vertex, stably (the whole dataset's CSR orders); per
-    graph, `offsets` and `amounts`, its first and its count of [vertex, vertex, edge,
-    edge], the units of the table's columns."""
+    """What GraphLoader cuts a batch out of, once per dataset, its vertices numbered
+    across the dataset as GraphDataset.batch numbers them within a batch: `csr`, one row
+    per edge of the dataset's in-CSR order's source and out-CSR order's destination
+    (stable orders); `edges`, one row per edge (edge ids as in dataset.src) of its
+    source, destination, and edge ids in in-CSR and out-CSR order; `graphs`, one row per
+    graph of its end vertex, end edge, vertex count and edge count. A graph's edges end
+    in its own vertices, so they hold one run of each CSR order: a batch's rows of each
+    table are its graphs' runs, renumbered."""
 
     def __init__(self, dataset):
         shift = np.repeat(dataset.node_offsets[:-1], dataset.edge_counts)
         src, dst = dataset.src + shift, dataset.dst + shift
         everything = Graph(src, dst, int(dataset.node_offsets[-1]))
-        self.table = np.stack([src, dst, everything.in_eids, everything.out_eids],
+        self.csr = np.stack([everything.in_src, everything.out_dst], axis=1).astype(np.int64)
+        self.edges = np.stack([src, dst, everything.in_eids, everything.out_eids],
                               axis=1).astype(np.int64)
-        nodes, edges = dataset.node_offsets[:-1], dataset.edge_offsets[:-1]
-        self.offsets = np.stack([nodes, nodes, edges, edges], axis=1).astype(np.int64)
-        sizes, counts = dataset.graph_sizes, dataset.edge_counts
-        self.amounts = np.stack([sizes, sizes, counts, counts], axis=1).astype(np.int64)
+        self.graphs = np.stack([dataset.node_offsets[1:], dataset.edge_offsets[1:],
+                                dataset.graph_sizes, dataset.edge_counts],
+                               axis=1).astype(np.int64)
+        # 0, 1, 2, ...: the ids a batch's vertices, edges and graphs count up from.
+        self.counting = np.arange(max(len(self.edges), len(self.graphs),
+                                      int(dataset.node_offsets[-1])), dtype=np.int64)
+
+    def graphs_of(self, ids):
+        """(vertex count, edge count, the `graphs` rows of `ids`, and per graph its
+        [vertex, edge] offset in the dataset less its offset in the batch: what
+        renumbers its vertices and edges from the dataset to the batch)."""
+        graphs = self.graphs.take(ids, axis=0)
+        ends = graphs[:, 2:].cumsum(axis=0)
+        n, e = ends[-1].tolist() if ids.size else (0, 0)
+        return n, e, graphs, np.subtract(graphs[:, :2], ends, out=ends)
+
+    def csr_into(self, csr, graphs, back, e):
+        """Writes the batch's `e` edges' in_src and out_dst (its graphs' runs of `csr`,
+        renumbered) into the first columns of `csr`; returns (per edge, its graph's
+        [vertex, edge] renumbering; the rows of the dataset's tables the batch's edges
+        are cut from)."""
+        shift = back.repeat(graphs[:, 3], axis=0)
+        at = self.counting[:e] + shift[:, 1]
+        np.subtract(self.csr.take(at, axis=0).T, shift[:, 0], out=csr[:, :e])
+        return shift, at
+
+    def edges_at(self, at, shift):
+        """The batch's (src, dst, in_eids, out_eids) from its rows `at` of `edges`,
+        renumbered by `shift` (what csr_into returned)."""
+        edges = self.edges.take(at, axis=0)
+        edges -= np.repeat(shift, 2, axis=1)
+        return tuple(np.ascontiguousarray(edges.T))
+
+    def graph_ids(self, graphs):
+        """Each vertex's graph in the batch."""
+        return self.counting[:graphs.shape[0]].repeat(graphs[:, 2])
+
+    def nodes(self, graphs, back, n):
+        """The batch's `n` vertices' ids in the dataset."""
+        return self.counting[:n] + back[:, 0].repeat(graphs[:, 2])
+
+    def batch(self, ids):
+        """The batch of graphs `ids` as dataset.batch(ids) numbers it, cut out of the
+        dataset's: (its vertex count, its edges' (src, dst, in_eids, out_eids), each
+        vertex's graph in the batch, each vertex's dataset-wide id)."""
+        n, e, graphs, back = self.graphs_of(ids)
+        shift = back.repeat(graphs[:, 3], axis=0)
+        edges = self.edges_at(self.counting[:e] + shift[:, 1], shift)
+        return n, edges, self.graph_ids(graphs), self.nodes(graphs, back, n)

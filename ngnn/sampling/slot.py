@@ -11,6 +11,13 @@ destination rows past its destinations, spread evenly so no vertex gets them all
 change neither the real rows' aggregations nor their degrees. Padding rows compute finite
 values that no real row reads.
 
+A loader that cuts its blocks out of a larger graph's CSR orders (GraphLoader) loads them
+with `load_csr` instead, into index arrays it keeps and rewrites in place for every block:
+the slot takes them as its own until the next load (an array read from a slot is valid
+until then), and what a step reads of it (the CSR pointers, the sources in in-CSR order and
+the destinations in out-CSR order) is all a load makes; the edges in their own order and
+the edge ids are made at their first read.
+
 A typed slot (`relation_edges`, one edge capacity per relation) carries edge types: the
 graphs derived from a typed graph (ngnn/relations.py) are made when a program is traced
 and held by its ops, so a typed slot holds one slot per relation, made once, as the
@@ -28,7 +35,7 @@ import numbers
 
 import numpy as np
 
-from ngnn.graph import Graph
+from ngnn.graph import Graph, _readonly
 from ngnn.op_graph.op import Placeholder
 
 
@@ -36,6 +43,11 @@ def _size(name, value, least):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ValueError(f"GraphSlot: {name} must be an int >= {least}, got {value!r}")
     return int(value)
+
+
+# The edge arrays of a slot loaded by load_csr that are made at their first read: a step
+# over a slot reads the CSR pointers, in_src and out_dst (what load_csr sets) only.
+_ON_READ = ("src", "dst", "in_eids", "out_eids")
 
 
 class GraphSlot(Graph):
@@ -114,46 +126,86 @@ class GraphSlot(Graph):
             slot.load(Graph(graph.src[edges], graph.dst[edges], graph.num_nodes,
                             graph.num_dst))
 
-    def load_grouped(self, src, dst, num_nodes, num_dst, in_eids, out_eids):
-        """`load` for a block whose CSR orders the caller already has (GraphLoader cuts
-        them out of the whole dataset's): edges `src -> dst` with ids in range,
-        `in_eids` (`out_eids`) the edge ids grouped by destination (source), stably; None
-        where the edges already come in that order. Nothing is checked or sorted again,
-        which is most of a small batch's `load`."""
+    def load_csr(self, num_nodes, num_dst, num_edges, csr, indptrs, edges):
+        """`load` for a block whose CSR orders the caller cuts out of a larger graph's
+        (GraphLoader), into arrays it keeps and rewrites for every load: `csr`,
+        (2, self.num_edges) int64, holds in its first `num_edges` columns the block's
+        sources in in-CSR (by destination) order and destinations in out-CSR (by
+        source) order, both stable; `indptrs`, (2, self.num_nodes + 1) int64, starts
+        with 0; `edges()` gives the block's (src, dst, in_eids, out_eids). The padding
+        goes into the rest of `csr` and the CSR pointers into `indptrs`, which the slot
+        takes as its arrays until the next load: what a step over the slot reads. src,
+        dst and the edge ids are made at their first read (`edges()` then), so a load
+        allocates, copies, checks and sorts nothing of the block's edges (only the
+        padding's few edges are sorted)."""
         if self.relations is not None:
-            raise ValueError("GraphSlot.load_grouped: a typed slot loads typed blocks with "
-                             "load, which splits their edges by relation")
-        spare = self.num_edges - src.shape[0]
+            raise ValueError("GraphSlot.load_csr: a typed slot loads typed blocks with load, "
+                             "which splits their edges by relation")
+        spare = self.num_edges - num_edges
         if not (0 < spare and num_nodes < self.num_nodes and num_dst < self.num_dst or
                 spare == 0 and num_nodes <= self.num_nodes and num_dst <= self.num_dst):
-            raise ValueError(f"GraphSlot.load_grouped: {num_nodes} rows, {num_dst} "
-                             f"destination rows and {src.shape[0]} edges do not fit {self!r}")
+            raise ValueError(f"GraphSlot.load_csr: {num_nodes} rows, {num_dst} destination "
+                             f"rows and {num_edges} edges do not fit {self!r}")
         self._check_square(num_nodes, num_dst)
-        pad_src, pad_dst = self._padding(num_nodes, num_dst, self.num_nodes, self.num_dst,
-                                         spare)
-        edges = src.shape[0]
-        # Padding edges come ordered by destination; by source only when each padding row
-        # has one at most.
-        padding_in_source_order = spare <= self.num_nodes - num_nodes
-        pad_out = np.arange(edges, self.num_edges) if padding_in_source_order \
-            else edges + np.argsort(pad_src, kind="stable")
-        src, dst = np.concatenate([src, pad_src]), np.concatenate([dst, pad_dst])
-        order = np.arange(self.num_edges)
-        # Edges in CSR order already: the sources (destinations) in that order are the
-        # edges', the same array.
-        in_src = src if in_eids is None else None
-        out_dst = dst if out_eids is None and padding_in_source_order else None
-        in_eids = order if in_eids is None else np.concatenate([in_eids, order[edges:]])
-        out_eids = order[:edges] if out_eids is None else out_eids
-        out_eids = np.concatenate([out_eids, pad_out])
-        version, rows, dst_rows = self.version + 1, self.num_nodes, self.num_dst
+        in_src, out_dst = csr
+        pad = slice(num_edges, None)
+        # Padding edges come ordered by destination (their ids in in-CSR order); by source
+        # too when each padding row has one at most.
+        _, pad_dst = self._padding(num_nodes, num_dst, self.num_nodes, self.num_dst, spare,
+                                   in_src[pad])
+        by_source = None
+        if spare <= self.num_nodes - num_nodes:
+            out_dst[pad] = pad_dst
+        else:
+            by_source = in_src[pad].argsort(kind="stable")
+            pad_dst.take(by_source, out=out_dst[pad])
+
+        def every_edge():
+            # The padding's ids: in in-CSR order, and in out-CSR order when sorted.
+            src, dst, in_eids, out_eids = edges()
+            ids = np.arange(num_edges, self.num_edges)
+            return (np.concatenate([src, self.in_src[pad]]),
+                    np.concatenate([dst, pad_dst]),
+                    np.concatenate([in_eids, ids]),
+                    np.concatenate([out_eids, ids if by_source is None else ids[by_source]]))
+        out_degrees = np.bincount(in_src, minlength=self.num_nodes)
+        out_degrees.cumsum(out=indptrs[1, 1:])
+        self._hold((num_nodes, num_dst, num_edges), in_src, out_dst, indptrs[0],
+                   (indptrs[1], out_degrees), every_edge)
+
+    def _hold(self, loaded, in_src, out_dst, in_indptr, out_csr, every_edge):
+        """Takes the arrays of a load_csr as the slot's: `in_src`, `out_dst`, the in-CSR
+        pointers counted from `out_dst` into `in_indptr`, `out_csr` (out-CSR pointers,
+        out-degrees), and `every_edge()` as what gives (src, dst, in_eids, out_eids) at
+        their first read."""
+        in_degrees = np.bincount(out_dst, minlength=self.num_nodes)
+        in_degrees.cumsum(out=in_indptr[1:])
+        out_indptr, out_degrees = out_csr
+        version, nodes, dst_rows, edges = (self.version + 1, self.num_nodes, self.num_dst,
+                                           self.num_edges)
         live = self.live
         self.__dict__.clear()         # as in _fill: no cache of the old edges survives
+        self.num_nodes, self.num_dst, self.num_edges = nodes, dst_rows, edges
         self.live = live
-        self._set_edges(src, dst, rows, dst_rows, _groups(dst, in_eids, rows),
-                        _groups(src, out_eids, rows), in_src, out_dst)
+        self.in_indptr, self.in_src = _readonly(in_indptr), _readonly(in_src)
+        self.in_degrees = _readonly(in_degrees)
+        self.out_indptr, self.out_dst = _readonly(out_indptr), _readonly(out_dst)
+        self.out_degrees = _readonly(out_degrees)
+        self._incidence, self._adjacency = {}, None
+        self._unread = every_edge
         self.version = version
-        self.loaded = (num_nodes, num_dst, edges)
+        self.loaded = loaded
+
+    def __getattr__(self, name):
+        # Reached only for an attribute not set: the edge arrays a load_csr leaves to their
+        # first read.
+        unread = self.__dict__.get("_unread")
+        if unread is None or name not in _ON_READ:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        del self._unread
+        for attribute, array in zip(_ON_READ, unread()):
+            setattr(self, attribute, _readonly(array))
+        return getattr(self, name)
 
     def _check_square(self, num_nodes, num_dst):
         """A slot declaring its live rows takes square blocks only: of a block with fewer
@@ -164,13 +216,24 @@ class GraphSlot(Graph):
                              "is not square")
 
     @staticmethod
-    def _padding(rows, dst_rows, num_nodes, num_dst, count):
+    def _padding(rows, dst_rows, num_nodes, num_dst, count, src=None):
         """`count` edges from the padding rows [rows, num_nodes) to the padding destination
-        rows [dst_rows, num_dst), ordered by destination."""
+        rows [dst_rows, num_dst), ordered by destination: (sources, destinations), the
+        sources written into `src` where given."""
         spread = np.arange(count, dtype=np.int64)
-        src = rows + spread % max(num_nodes - rows, 1)
-        dst = dst_rows + spread * (num_dst - dst_rows) // max(count, 1)
-        return src, dst
+        src = np.remainder(spread, max(num_nodes - rows, 1), out=src)
+        src += rows
+        return src, GraphSlot._padding_destinations(dst_rows, num_dst, count, spread)
+
+    @staticmethod
+    def _padding_destinations(dst_rows, num_dst, count, spread=None, out=None):
+        """The destinations of _padding's edges, written into `out` where given (`spread`:
+        0, 1, ..., count - 1, where the caller has it)."""
+        spread = np.arange(count, dtype=np.int64) if spread is None else spread
+        dst = np.multiply(spread, num_dst - dst_rows, out=out)
+        dst //= max(count, 1)
+        dst += dst_rows
+        return dst
 
     def _fill(self, src, dst, num_nodes, num_dst, edge_type=None):
         # Caches kept on the graph (CSR permutations, transformers' incidence matrices and
@@ -194,10 +257,3 @@ class GraphSlot(Graph):
                 f"num_edges={self.num_edges}; loaded {rows} rows, {dst_rows} destination "
                 f"rows, {edges} edges)")
 
-
-def _groups(keys, eids, num_nodes):
-    """(indptr, eids, counts) of edges grouped by `keys` in the order `eids`."""
-    counts = np.bincount(keys, minlength=num_nodes)
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return indptr, eids, counts
