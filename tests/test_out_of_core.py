@@ -191,8 +191,9 @@ def sparse_features(data):
 @pytest.mark.parametrize("model_name", ["gcn", "gat"])
 def test_sparse_features(transformer_factory, data, model_name):
     """X @ W and X^T @ D over sparse features (dropout on): every backend's chunked step
-    equals its unchunked one. On the GPU the weight gradients over every vertex are not
-    split into slices there (SplitContractions), which the chunk planner cannot cut."""
+    equals its unchunked one. Under chunking the GPU keeps the weight gradients over all
+    1200 vertices whole: SplitContractions' slices of them (the second layer's H^T @ D)
+    were refused by the chunk planner ("mixes values of different row spaces")."""
     sparse = sparse_features(data)
     want = one_step(model_name, sparse, transformer_factory(), sparse=None)
     got = one_step(model_name, sparse, transformer_factory(chunks=3), sparse=None)
