@@ -198,8 +198,7 @@ class Trainer:
         values = (self.features, np.asarray(labels, dtype=np.int64),
                   np.asarray(train_mask, dtype=np.bool_))
         t = self.transformer
-        if t.memory_budget is not None or t.chunks is not None or \
-                is_float32_memmap(self.features) or self.minibatches is not None:
+        if t.chunking or is_float32_memmap(self.features) or self.minibatches is not None:
             return values
         return tuple(t.resident(value) for value in values)
 

@@ -237,7 +237,7 @@ class Computation:
     def runs_chunked(self):
         """Whether this computation runs chunk by chunk (docs/out_of_core.md)."""
         t = self.transformer
-        if self.stage or t.memory_budget is None and t.chunks is None:
+        if self.stage or not t.chunking:
             return False
         return self.chunked_program.wanted(self)
 
@@ -536,6 +536,14 @@ class Transformer:
         self.compilations = 0          # programs generated so far (init computations too)
         self.closed = False
 
+    @property
+    def chunking(self):
+        """Whether computations with graph ops may run chunk by chunk (a memory budget or a
+        chunk count): graph passes then leave a product's rows whole, since the chunk
+        planner splits them into row blocks itself and refuses ops that move the row axis
+        (docs/out_of_core.md)."""
+        return self.memory_budget is not None or self.chunks is not None
+
     def decomposes(self):
         """Does this transformer run ops that have a `decomposition()` (batch norm's) as
         the ops they are made of, having no kernels of its own for them?"""
@@ -584,7 +592,7 @@ class Transformer:
             raise RuntimeError("the transformer is closed")
         comp = self.computation_class(self, results, parameters, name=name, updates=updates)
         # Under a memory budget every computation holds device memory only while it runs.
-        comp.transient = self.memory_budget is not None or self.chunks is not None
+        comp.transient = self.chunking
         self.computations.append(comp)
         return comp
 

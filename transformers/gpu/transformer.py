@@ -508,7 +508,7 @@ class GPUTransformer(Transformer):
         # A weight used twice (GATConv's `fc`, on a vertex and on its neighbours) gets its
         # gradient as one product over the summed gradients, not two over every vertex: a
         # GPU is bound by the bytes a product reads.
-        split = self.optimize and not self.debug_nans and self.memory_budget is None
+        split = self.optimize and not self.debug_nans and not self.chunking
         return super().graph_passes() + \
             ([FactorProducts(), UnshareBroadcasts()] if self.optimize else []) + \
             ([SplitContractions(tile=GEMM_TILE)] if split else [])

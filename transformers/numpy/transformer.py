@@ -106,11 +106,12 @@ class NumPyTransformer(Transformer):
     def decomposes(self):
         # Chunked programs split rows; batch norm's kernels need every row at once, so
         # under a budget it runs as the row-wise ops and column sums it is made of.
-        return self.memory_budget is not None or self.chunks is not None
+        return self.chunking
 
     def graph_passes(self):
         # Last: products skip the rows batch norm zeroed (a slot's padding). Not under a
-        # memory budget, whose chunked programs split the products' rows themselves.
+        # memory budget or a chunk count, whose chunked programs split the products' rows
+        # themselves.
         plain = self.optimize and not self.decomposes()
         return super().graph_passes() + ([ZeroRowProducts()] if plain else [])
 
