@@ -337,6 +337,20 @@ def in_c_only(monkeypatch):
     monkeypatch.setattr(native, "prepare_group", prepare_group)
     return prepared
 
+def plain_and_in_c(monkeypatch, results, params, values):
+    """`results` computed with NumPy calls and with native kernels whose NumPy fallbacks
+    fail the test (in_c_only): (NumPy's values, C's values, C's source, in_c_only's counts)."""
+    computed = {}
+    for native_kernels in (False, True):
+        prepared = in_c_only(monkeypatch) if native_kernels else None
+        with ngt.make_transformer("numpy", native=native_kernels) as t:
+            comp = t.computation(results, *params)
+            computed[native_kernels] = comp(*values)
+            source = comp.source
+        monkeypatch.undo()
+    return computed[False], computed[True], source, prepared
+
+
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("live_rows", [5, 23])
@@ -361,15 +375,10 @@ def test_sweep_groups_of_batch_norm_and_element_wise_ops_equal_numpy(dtype, live
     out = ng.relu(BatchNormApply(h, stats, weight, shift, live))
     loss = ng.sum(out * out * 0.5)
     grads = ng.grad(loss, [xs, bias, weight, shift])
-    results = {}
-    for native_kernels in (False, True):
-        prepared = in_c_only(monkeypatch) if native_kernels else None
-        with ngt.make_transformer("numpy", native=native_kernels) as t:
-            comp = t.computation([out, stats] + grads, xs, ms)
-            results[native_kernels] = comp(x, mask)
-        monkeypatch.undo()
+    expected_values, got_values, _, prepared = plain_and_in_c(
+        monkeypatch, [out, stats] + grads, (xs, ms), (x, mask))
     assert prepared["sweeps"] >= 2
-    for got, expected in zip(results[True], results[False]):
+    for got, expected in zip(got_values, expected_values):
         np.testing.assert_allclose(got, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
@@ -812,17 +821,11 @@ def test_sums_in_sweep_groups_add_in_numpys_order(dtype, monkeypatch):
         assert {sum_order(s) for s in sums} == {None, "pairwise", "columns"}
     values = [wide(rng, x.shape, dtype) for x in inputs]
     values[0][:] = -0.0
-    results = {}
-    for native_kernels in (False, True):
-        prepared = in_c_only(monkeypatch) if native_kernels else None
-        with ngt.make_transformer("numpy", native=native_kernels) as t:
-            comp = t.computation(sums, *inputs)
-            results[native_kernels] = comp(*values)
-            source = comp.source
-        monkeypatch.undo()
+    expected_values, got_values, source, prepared = plain_and_in_c(
+        monkeypatch, sums, inputs, values)
     assert prepared["sweeps"] >= 1
     assert "np.sum(" not in run_body(source) and "np.einsum(" not in run_body(source)
-    for got, expected in zip(results[True], results[False]):
+    for got, expected in zip(got_values, expected_values):
         assert got.tobytes() == expected.tobytes()
 
 
@@ -842,19 +845,13 @@ def test_concat_unslice_and_lone_ops_in_sweep_groups_equal_numpy(dtype, monkeypa
              for part, key in zip(parts, keys)]
     outs.append(w * Broadcast(ng.reshape(ng.sum(w), (1,)), (6,)))      # lone, broadcast
     values = [rng.normal(size=shape).astype(dtype) for shape in shapes]
-    results = {}
-    for native_kernels in (False, True):
-        prepared = in_c_only(monkeypatch) if native_kernels else None
-        with ngt.make_transformer("numpy", native=native_kernels) as t:
-            comp = t.computation(outs, *feeds)
-            results[native_kernels] = comp(*values)
-            source = comp.source
-        monkeypatch.undo()
+    expected_values, got_values, source, prepared = plain_and_in_c(
+        monkeypatch, outs, feeds, values)
     assert prepared["sweeps"] >= 1
     numpy_calls = [line.strip() for line in run_body(source).splitlines()[1:]
                    if line.strip().startswith(("np.", "t_", "K."))]
     assert numpy_calls == []        # the products of the fed arrays by 2.0 too
-    for got, expected in zip(results[True], results[False]):
+    for got, expected in zip(got_values, expected_values):
         assert got.tobytes() == expected.tobytes()
 
 
