@@ -125,9 +125,14 @@ def graph_dataset_choices():
 def cmd_train_graph(args):
     """`ngnn train --task graph`: k-fold cross-validation of a graph classifier, the GIN
     paper's protocol (ngnn/graph_train.py); the last line is the accuracy, mean ± std over
-    folds at the epoch where the mean is best."""
+    folds at the epoch where the mean is best. Under `mpiexec -n K` every batch trains
+    over the K ranks (DistributedGraphLoaderTrainer), printing what one process prints."""
     from ngnn import datasets
     from ngnn.graph_train import cross_validate, summarize
+    if distributed(args):
+        raise ValueError("--partition and --partition-dir partition the graph of node "
+                         "classification; graph classification partitions each batch "
+                         "itself: start it under mpiexec -n K without them")
     if args.task != "graph" or args.dataset not in graph_dataset_choices():
         raise ValueError(f"{args.dataset} is a {'graph' if args.task == 'node' else 'node'}-"
                          f"classification dataset; --task {args.task} needs one of "
@@ -145,11 +150,23 @@ def cmd_train_graph(args):
           f"{args.lr} times {args.lr_gamma} every {args.lr_step} epochs, weight decay "
           f"{args.weight_decay}, {args.epochs} epochs, batches of {batch_size} graphs, "
           f"{args.folds}-fold cross-validation ({source}), backend {args.backend}")
+    ranks, comm = graph_ranks(args), None
+    if ranks > 1:
+        from ngnn.distributed import world
+        check_graph_ranks(args, folds, batch_size, ranks)
+        comm = world()
     transformer = run_transformer(args)      # chunked under --memory-budget, slot and all
     try:
-        trainer = make_graph_trainer(args, data, transformer)
-        curves = cross_validate(trainer, folds, args.epochs,
-                                progress=not args.no_progress)
+        trainer = make_graph_trainer(args, data, transformer, comm)
+        if comm is not None:
+            masters, rows, edges = trainer.loader.slot_sizes()
+            print(f"over {ranks} ranks: each batch partitioned by vertex ranges, a rank's "
+                  f"slot {masters} master rows, {rows} local rows, {edges} edges")
+        curves = cross_validate(trainer, folds, args.epochs, progress=not args.no_progress
+                                and (comm is None or comm.Get_rank() == 0))
+        if comm is not None:
+            from ngnn.distributed.launch import epoch_line
+            print(epoch_line(trainer.exchange.totals(), len(folds) * args.epochs))
         if getattr(args, "memory_budget", None):
             print(chunking(trainer.train_step))
     finally:
@@ -162,6 +179,34 @@ def cmd_train_graph(args):
           f"{100 * curves[:, -1].mean():.1f} ± {100 * curves[:, -1].std():.1f}")
     print(f"test accuracy: {mean:.1f} ± {std:.1f} ({len(folds)} folds)")
     return 0
+
+
+def graph_ranks(args):
+    """The ranks `ngnn train --task graph` trains over: mpiexec's count, 1 without it."""
+    if args.command != "train" or getattr(args, "task", None) != "graph":
+        return 1
+    from ngnn.distributed.launch import launched_ranks
+    return launched_ranks()
+
+
+def check_graph_ranks(args, folds, batch_size, ranks):
+    """Refuses, on every rank alike, what graph classification over ranks does not run."""
+    if getattr(args, "memory_budget", None):
+        raise ValueError(f"--memory-budget does not combine with training over {ranks} "
+                         "ranks: chunked execution does not split a step whose ops "
+                         "communicate between ranks; run one process or leave it out")
+    if batch_size < ranks:
+        raise ValueError(f"batches of {batch_size} graphs over {ranks} ranks: every batch "
+                         f"needs at least as many graphs as ranks; give --batch-size "
+                         f"{ranks} or more, or start fewer ranks")
+    for k, (train, test) in enumerate(folds):
+        for name, ids in (("training", train), ("test", test)):
+            last = len(ids) % batch_size
+            if 0 < last < ranks:
+                raise ValueError(f"fold {k + 1}'s {len(ids)} {name} graphs in batches of "
+                                 f"{batch_size} leave a last batch of {last}, fewer graphs "
+                                 f"than the {ranks} ranks; choose another --batch-size or "
+                                 "--folds, or start fewer ranks")
 
 
 def _add_task_options(parser):
@@ -785,7 +830,7 @@ def _add_profile_parser(sub, datasets, backends):
 def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
-    if distributed(args):
+    if distributed(args) or graph_ranks(args) > 1:
         from ngnn.distributed.launch import run_on_ranks
         return run_on_ranks(args.command, lambda: fill_defaults(args) or args.func(args))
     try:

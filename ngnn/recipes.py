@@ -259,14 +259,19 @@ def graph_batch_size(args):
     return args.batch_size or 32        # the GIN paper's
 
 
-def make_graph_trainer(args, data, transformer):
-    """The GraphTrainer of a graph classification run on `data` (a GraphDataset)."""
+def make_graph_trainer(args, data, transformer, comm=None):
+    """The GraphTrainer of a graph classification run on `data` (a GraphDataset); with
+    `comm` (an MPI communicator), the DistributedGraphLoaderTrainer over its ranks."""
     from ngnn import optim
     from ngnn.graph_train import GraphTrainer
     model = build_graph_model(args.model, data, args.hidden, args.dropout, args.seed)
-    return GraphTrainer(model, data, batch_size=graph_batch_size(args), lr=args.lr,
-                        weight_decay=args.weight_decay, transformer=transformer,
-                        seed=args.seed, schedule=optim.StepLR(args.lr_step, args.lr_gamma))
+    settings = dict(batch_size=graph_batch_size(args), lr=args.lr,
+                    weight_decay=args.weight_decay, transformer=transformer, seed=args.seed,
+                    schedule=optim.StepLR(args.lr_step, args.lr_gamma))
+    if comm is not None:
+        from ngnn.distributed import DistributedGraphLoaderTrainer
+        return DistributedGraphLoaderTrainer(model, data, comm=comm, **settings)
+    return GraphTrainer(model, data, **settings)
 
 
 def build_graph_model(name, data, hidden, dropout, seed):

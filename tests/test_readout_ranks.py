@@ -193,3 +193,55 @@ def test_packed_collectives_never_feed_each_other():
         got = computation(xv, yv)
         assert collectives(computation) == [("AllReduce", 1), ("PackedCollective", 2)]
     assert np.array_equal(got[0], 2 * xv) and np.array_equal(got[1], yv)
+
+
+def cli(*args, ranks=1):
+    """`python -m ngnn.cli train --task graph ... --no-progress`, under mpiexec -n ranks
+    when ranks > 1."""
+    command = [sys.executable, "-m", "ngnn.cli", "train", "--task", "graph", "--dataset",
+               "mutag", "--folds", "2", "--no-progress", *args]
+    if ranks > 1:
+        command = [find_mpiexec(), "-n", str(ranks)] + command
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_graph_classification_over_ranks_prints_one_process_accuracy():
+    """`mpiexec -n 2 ngnn train --task graph` trains every batch over the 2 ranks and
+    prints, once (rank 0), every line one process prints, the fold accuracies and the
+    mean ± std the same, plus the ranks' slot and the bytes they exchanged."""
+    one = cli("--model", "gcn", "--epochs", "3")
+    two = cli("--model", "gcn", "--epochs", "3", ranks=2)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
+    lines = two.stdout.splitlines()
+    ranks_lines = [line for line in lines if line.startswith(("over 2 ranks:",
+                                                              "communication per epoch:"))]
+    assert len(ranks_lines) == 2 and ranks_lines[0].startswith("over 2 ranks: each batch "
+                                                               "partitioned by vertex ranges")
+    assert [line for line in lines if line not in ranks_lines] == one.stdout.splitlines()
+    assert sum(line.startswith("fold ") for line in lines) == 2
+    assert lines[-1].startswith("test accuracy: ") and lines[-1].endswith("(2 folds)")
+
+
+@pytest.mark.parametrize("options,message", [
+    (("--memory-budget", "64K"), "--memory-budget does not combine with training over 2 "
+                                 "ranks"),
+    (("--batch-size", "1"), "batches of 1 graphs over 2 ranks: every batch needs at least "
+                            "as many graphs as ranks"),
+    (("--batch-size", "31"), "fold 1's 94 training graphs in batches of 31 leave a last "
+                             "batch of 1, fewer graphs than the 2 ranks"),
+    (("--partition", "cvc"), "graph classification partitions each batch itself")])
+def test_cli_graph_classification_over_ranks_refuses_what_does_not_combine(options, message):
+    """Each is an error on every rank before training, not a hang or a traceback."""
+    done = cli("--model", "gin", "--epochs", "1", *options, ranks=2)
+    assert done.returncode != 0
+    assert "ngnn train: error on rank" in done.stderr and message in done.stderr, \
+        done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_launched_ranks_reads_what_mpiexec_sets():
+    from ngnn.distributed.launch import launched_ranks
+    assert launched_ranks({}) == 1
+    assert launched_ranks({"PMI_SIZE": "3"}) == 3                 # MPICH's hydra
+    assert launched_ranks({"OMPI_COMM_WORLD_SIZE": "4"}) == 4     # Open MPI
+    assert launched_ranks({"PMI_SIZE": "x", "OMPI_COMM_WORLD_SIZE": "2"}) == 2

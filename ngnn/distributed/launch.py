@@ -14,6 +14,8 @@ from .exchange import world
 from .partition import load_partition, partition
 
 EXPECTED = (ValueError, RuntimeError, OSError, MemoryError)
+# What mpiexec tells each rank it starts: the world's size (MPICH's hydra, Open MPI).
+WORLD_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 def find_mpiexec():
@@ -24,6 +26,18 @@ def find_mpiexec():
         if path:
             return path
     return shutil.which("mpiexec")
+
+
+def launched_ranks(environ=os.environ):
+    """How many ranks mpiexec started (1 outside mpiexec), read from the environment it
+    gives each rank: importing mpi4py initializes MPI, which a single-process command
+    should not pay for (nor fail on, where no MPI is installed)."""
+    for name in WORLD_SIZE_VARIABLES:
+        try:
+            return max(int(environ[name]), 1)
+        except (KeyError, ValueError):
+            continue
+    return 1
 
 
 def run_on_ranks(command, func):
@@ -80,7 +94,12 @@ def describe(part):
 def per_epoch(trainer, epochs):
     """Bytes (sent by all ranks) and seconds (of the slowest rank) of communication per
     epoch so far, as a line of text."""
-    sent, seconds = trainer.communication()
+    return epoch_line(trainer.communication(), epochs)
+
+
+def epoch_line(totals, epochs):
+    """per_epoch's line from an exchange's totals() over `epochs` epochs."""
+    sent, seconds = totals
     epochs = max(epochs, 1)
     return (f"communication per epoch: mirror sync {sent['sync'] // epochs} bytes in "
             f"{1000 * seconds['sync'] / epochs:.1f} ms, gradient all-reduce "
