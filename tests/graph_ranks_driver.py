@@ -22,6 +22,8 @@
     mpiexec -n 2 python tests/graph_ranks_driver.py bad-labels
         rank 1 gives DistributedGraphTrainer one label too few; each rank prints the error
         it raised.
+    mpiexec -n 2 python tests/graph_ranks_driver.py small-batch
+        each rank's RankGraphLoader is given a batch of one graph; each prints the error.
     mpiexec -n 2 python tests/graph_ranks_driver.py fail
         DistributedGraphTrainer steps under run_on_ranks, rank 1 raising in its third.
 """
@@ -265,6 +267,20 @@ def bad_labels():
     comm.Barrier()
 
 
+def small_batch():
+    """A batch of one graph over the ranks: every rank refuses it, none waits."""
+    comm = dist.world()
+    data = datasets.load("mutag")
+    model = models(data, np.float64)["gin"]()
+    trainer = dist.DistributedGraphLoaderTrainer(model, data, batch_size=4, seed=0,
+                                                 optimizer=optimizer_for(model))
+    try:
+        trainer.loader.load(np.arange(1))
+    except ValueError as err:
+        print(f"rank {comm.Get_rank()} raised: {err}", flush=True)
+    comm.Barrier()
+
+
 def fail():
     """Rank 1 raises in its third training step, under run_on_ranks (as `ngnn` runs)."""
     from ngnn.distributed.launch import run_on_ranks
@@ -295,8 +311,8 @@ def fail():
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    if command in ("fail", "bad-labels"):
-        sys.exit({"fail": fail, "bad-labels": bad_labels}[command]())
+    if command in ("fail", "bad-labels", "small-batch"):
+        sys.exit({"fail": fail, "bad-labels": bad_labels, "small-batch": small_batch}[command]())
     result = {"ops": ops, "train": train, "loader": loader}[command](*args)
     if dist.world().Get_rank() == 0:
         print(json.dumps(result))

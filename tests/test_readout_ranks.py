@@ -99,6 +99,16 @@ def test_bad_input_on_one_rank_is_an_error_on_every_rank():
                 "labels (one per graph of the batch), got shape (11,)") in done.stdout
 
 
+def test_a_batch_with_fewer_graphs_than_ranks_is_refused_on_every_rank():
+    """A batch of one graph over 2 ranks (a rank would hold part of a graph, or nothing;
+    it hung over 3 ranks): both ranks raise the same error before any exchange."""
+    done = run_driver("small-batch")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert (f"rank {rank} raised: RankGraphLoader: a batch of 1 graph(s) over 2 ranks; "
+                "every batch needs a graph per rank") in done.stdout
+
+
 def test_failing_rank_stops_every_rank_in_graph_training():
     """Rank 1 raises in its third training step; run_on_ranks names it and aborts every
     rank, so rank 0, which would wait for it in the next exchange, ends too (the timeout

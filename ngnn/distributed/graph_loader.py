@@ -271,8 +271,16 @@ class RankGraphLoader:
         return len(self.loader)
 
     def load(self, ids):
-        """Collective: every rank loads the same batch `ids`."""
+        """Collective: every rank loads the same batch `ids`, so a batch refused here is
+        refused on every rank alike, before any exchange."""
         ids = np.asarray(ids, dtype=np.int64)
+        if ids.size < self.ranks:
+            # A rank would hold a part of a graph only, or nothing: batch norm's statistics
+            # then differed from one process's and a step could wait forever.
+            raise ValueError(f"RankGraphLoader: a batch of {ids.size} graph(s) over "
+                             f"{self.ranks} ranks; every batch needs a graph per rank at "
+                             "least (a batch size of at least the number of ranks, and "
+                             "training sets whose last batch has as many)")
         cut = self.loader._cut
         if cut is None:
             batch, features = self.dataset.batch(ids)
