@@ -543,9 +543,11 @@ def products_in_one_segment(products):
 
 
 def bundled_blas():
+    """The products from C need NumPy's bundled BLAS, which every NumPy wheel from PyPI
+    (what scripts/setup.sh installs) has; without it they stay NumPy calls, as
+    test_without_the_bundled_blas_products_stay_numpy_calls checks."""
     from ngnn.transformers.numpy import native_blas
-    if not native_blas.bundled_openblas():
-        pytest.skip("this NumPy bundles no scipy-openblas64: every product stays NumPy's")
+    assert native_blas.bundled_openblas(), "this NumPy bundles no scipy-openblas64"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
