@@ -379,6 +379,13 @@ def prepare_elementwise(function, args, out, statement):
     return call
 
 
+def rendered_for(array, shape, dtype):
+    """Whether `array`, fed at a call, is what the C was rendered to read: an ndarray of
+    `shape` and `dtype`, C-contiguous (else the call runs its NumPy statements)."""
+    return isinstance(array, np.ndarray) and array.shape == shape and \
+        array.dtype == dtype and array.flags.c_contiguous
+
+
 def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=()):
     """The C function of a sweep group (native_sweeps.py) over `inputs` (read), `outputs`
     (written) and the live-row count `live` (or None), as a function with their
@@ -432,8 +439,7 @@ def prepare_sweep(function, inputs, outputs, live, segments, statements, fed=())
         known = last["fed"]
         if known is None or any(a is not b for a, b in zip(given, known)):
             last["fed"] = given     # kept alive while their addresses are used
-            last["fits"] = all(isinstance(a, np.ndarray) and a.shape == shape and
-                               a.dtype == dtype and a.flags.c_contiguous
+            last["fits"] = all(rendered_for(a, shape, dtype)
                                for a, (_, shape, dtype) in zip(given, fed))
             if last["fits"]:
                 for a, (k, _, _) in zip(given, fed):
@@ -473,8 +479,7 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
         input is not what the C was rendered for; an input given as None (fed to a
         segment at each call) has none."""
         inputs = tuple(args[k] for k in order)
-        if all(a is None or a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
-               for a, shape in zip(inputs, shapes)):
+        if all(a is None or rendered_for(a, shape, dtype) for a, shape in zip(inputs, shapes)):
             return tuple(a.ctypes.data for a in inputs if a is not None) + output_addresses
         return None
 
@@ -482,7 +487,7 @@ def prepare_group(function, graph, csr, other, order, shapes, dtype, outputs, py
         count = ()
         if live:
             args, fed = args[:-1], args[-1]
-            if not (fed.dtype == np.int64 and fed.shape == (1,) and fed.flags.c_contiguous):
+            if not rendered_for(fed, (1,), np.int64):
                 return python(*args)
             count = (fed.ctypes.data,)
         graph_addresses = csr_addresses(graph, csr, other, rows, index_dtype)
@@ -627,8 +632,7 @@ def prepare_segment(function, size, members, statements, graphs, fed=()):
             for k, array in enumerate(given):
                 if array is not last_fed[k]:
                     shape, dtype = fed[k]
-                    if not (isinstance(array, np.ndarray) and array.shape == shape and
-                            array.dtype == dtype and array.flags.c_contiguous):
+                    if not rendered_for(array, shape, dtype):
                         break
                     table[first_fed + k] = array.ctypes.data
                     last_fed[k] = array     # kept alive while its address is used
