@@ -181,12 +181,9 @@ class GraphSlot(Graph):
         in_degrees = np.bincount(out_dst, minlength=self.num_nodes)
         in_degrees.cumsum(out=in_indptr[1:])
         out_indptr, out_degrees = out_csr
-        version, nodes, dst_rows, edges = (self.version + 1, self.num_nodes, self.num_dst,
-                                           self.num_edges)
-        live = self.live
-        self.__dict__.clear()         # as in _fill: no cache of the old edges survives
+        nodes, dst_rows, edges = self.num_nodes, self.num_dst, self.num_edges
+        version = self._forget_edges()
         self.num_nodes, self.num_dst, self.num_edges = nodes, dst_rows, edges
-        self.live = live
         self.in_indptr, self.in_src = _readonly(in_indptr), _readonly(in_src)
         self.in_degrees = _readonly(in_degrees)
         self.out_indptr, self.out_dst = _readonly(out_indptr), _readonly(out_dst)
@@ -235,13 +232,19 @@ class GraphSlot(Graph):
         dst += dst_rows
         return dst
 
-    def _fill(self, src, dst, num_nodes, num_dst, edge_type=None):
-        # Caches kept on the graph (CSR permutations, transformers' incidence matrices and
-        # blocks) describe the old edges: start from a clean object state. A typed slot's
-        # relation subgraphs are its relation slots, whatever is loaded.
+    def _forget_edges(self):
+        """Clears the object's state before a load: caches kept on the graph (CSR
+        permutations, transformers' incidence matrices and blocks) describe the old edges.
+        Keeps what no load changes, the relation slots (a typed slot's relation subgraphs,
+        whatever is loaded) and the declared live count; returns the load's version."""
         version, relations, live = self.version + 1, self.relations, self.live
         self.__dict__.clear()
         self.relations, self.live = relations, live
+        return version
+
+    def _fill(self, src, dst, num_nodes, num_dst, edge_type=None):
+        version = self._forget_edges()
+        relations = self.relations
         if relations is None:
             Graph.__init__(self, src, dst, num_nodes, num_dst)
         else:
