@@ -89,24 +89,28 @@ def run_driver(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+def assert_raised_on_every_rank(command, message):
+    """The driver's `command` over 2 ranks ends normally, each rank having raised
+    `message` (before any exchange, so none is left waiting)."""
+    done = run_driver(command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} raised: {message}" in done.stdout
+
+
 def test_bad_input_on_one_rank_is_an_error_on_every_rank():
     """Rank 1 gives DistributedGraphTrainer one label too few: both ranks raise, naming
     rank 1 and the problem, before any exchange (none is left waiting)."""
-    done = run_driver("bad-labels")
-    assert done.returncode == 0, done.stderr[-3000:]
-    for rank in (0, 1):
-        assert (f"rank {rank} raised: DistributedGraphTrainer: on rank 1 of 2: expected 12 "
-                "labels (one per graph of the batch), got shape (11,)") in done.stdout
+    assert_raised_on_every_rank("bad-labels", "DistributedGraphTrainer: on rank 1 of 2: "
+                                "expected 12 labels (one per graph of the batch), got "
+                                "shape (11,)")
 
 
 def test_a_batch_with_fewer_graphs_than_ranks_is_refused_on_every_rank():
     """A batch of one graph over 2 ranks (a rank would hold part of a graph, or nothing;
     it hung over 3 ranks): both ranks raise the same error before any exchange."""
-    done = run_driver("small-batch")
-    assert done.returncode == 0, done.stderr[-3000:]
-    for rank in (0, 1):
-        assert (f"rank {rank} raised: RankGraphLoader: a batch of 1 graph(s) over 2 ranks; "
-                "every batch needs a graph per rank") in done.stdout
+    assert_raised_on_every_rank("small-batch", "RankGraphLoader: a batch of 1 graph(s) over "
+                                "2 ranks; every batch needs a graph per rank")
 
 
 def test_failing_rank_stops_every_rank_in_graph_training():
